@@ -1,0 +1,56 @@
+# rmqlake — see `make help`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+JAVA17 := $(firstword $(wildcard /usr/lib/jvm/java-17-openjdk*))
+export JAVA_HOME ?= $(JAVA17)
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export SPARK_CONF_DIR ?= $(CURDIR)/conf
+export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
+DEMO_DIR ?= demo-data
+DEMO_MESSAGES ?= 50000
+
+.PHONY: help venv demo test lint bench package lock clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	@test -n "$(JAVA_HOME)" || { echo "OpenJDK 17 not found under /usr/lib/jvm; set JAVA_HOME"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+venv: $(STAMP) ## create .venv with the pinned dependencies
+
+demo: $(STAMP) ## generate ~50k messages, run the jobs into ./lake, print where to look
+	$(BIN)/python -m rmqlake.demo --env local --data $(DEMO_DIR) --messages $(DEMO_MESSAGES)
+
+test: $(STAMP) ## run the test suite (unit, Spark, end to end)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP) ## ruff check and format check
+	$(BIN)/ruff check lib tests jobs bench
+	$(BIN)/ruff format --check lib tests jobs bench
+
+bench: $(STAMP) ## benchmarks: figures and ratios against baselines measured in the same run
+	$(BIN)/python bench/ingest_bench.py
+
+package: $(STAMP) ## dist/rmqlake.zip (for spark-submit --py-files) and a wheel
+	rm -rf dist && mkdir -p dist
+	cd lib && ../$(BIN)/python -c "import shutil; shutil.make_archive('../dist/rmqlake', 'zip', '.', 'rmqlake')"
+	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w dist .
+	@ls -l dist
+
+lock: ## re-freeze constraints.txt from a fresh install of requirements.txt
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install --quiet -r requirements.txt
+	.venv-lock/bin/pip freeze --exclude-editable | sort > constraints.txt
+	rm -rf .venv-lock
+
+clean: ## remove the virtualenv, demo data, lake and build outputs
+	rm -rf $(VENV) $(DEMO_DIR) lake dist build lib/*.egg-info .pytest_cache

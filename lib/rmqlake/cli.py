@@ -1,0 +1,208 @@
+"""The ``rmqlake`` command line (CONTRACT §1).
+
+Every subcommand takes the global options ``--conf``, ``--env``, ``--lake``,
+``--set`` (repeatable) and ``--json``. Exit codes: 0 success, 1 failed
+checks or refused work, 2 usage or configuration errors. User errors print
+one clear message, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from rmqlake.errors import RmqlakeError, UsageError
+from rmqlake.logs import configure_logging, log_context
+
+log = logging.getLogger("rmqlake.cli")
+COMMANDS: dict[str, Callable] = {}
+
+
+def _global_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("global options")
+    group.add_argument(
+        "--conf", default=os.environ.get("RMQLAKE_CONF", "conf"), help="configuration folder (default: conf)"
+    )
+    group.add_argument("--env", default=os.environ.get("RMQLAKE_ENV"), help="overlay conf/env/NAME.yaml")
+    group.add_argument("--lake", help="table root: local path or object-store URI (default: lake.root from conf)")
+    group.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a conf key (repeatable)",
+    )
+    group.add_argument("--json", action="store_true", help="print results as JSON lines on stdout")
+    group.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="rmqlake log level"
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _global_options()
+    parser = argparse.ArgumentParser(
+        prog="rmqlake", description="RocketMQ broker storage rebuilt as Delta Lake tables."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    generate = commands.add_parser("generate", parents=[common], help="write realistic raw producer logs")
+    generate.add_argument("--out", required=True, help="output folder (landing files go to OUT/landing/)")
+    generate.add_argument("--messages", type=int, required=True, help="valid messages to write")
+    generate.add_argument("--topics", help="comma-separated topics (default: the topics of topics.yaml)")
+    generate.add_argument("--hours", type=int, default=3, help="hours of traffic (default 3)")
+    generate.add_argument("--bad-rate", type=float, default=0.0, help="extra bad lines as a fraction of messages")
+    generate.add_argument("--seed", type=int, default=42, help="random seed: same seed, same files")
+    generate.add_argument("--start", help="first hour (epoch ms or ISO-8601; default 2026-11-21T00:00Z)")
+    generate.add_argument("--gzip", action="store_true", help="write .jsonl.gz files")
+
+    ingest = commands.add_parser("ingest", parents=[common], help="raw logs -> commitlog, segments, rejected")
+    add_ingest_arguments(ingest)
+
+    commands.add_parser("status", parents=[common], help="store state: offsets, segments, checkpoints, disk use")
+    return parser
+
+
+def add_ingest_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", required=True, help="a file, a folder or a glob of .jsonl / .jsonl.gz files")
+    parser.add_argument("--batch-id", help="name of the batch (default: derived from the input files' hashes)")
+    parser.add_argument(
+        "--now", help="time of the run for rejected_at / ingested_at (epoch ms or ISO-8601; default: now)"
+    )
+    parser.add_argument("--fail-on-reject", action="store_true", help="exit 1 when any line was rejected")
+
+
+def _settings(args):
+    from rmqlake.config import load_settings
+
+    return load_settings(args.conf, env=args.env, overrides=args.overrides, lake=args.lake)
+
+
+def _spark(settings, args, app: str):
+    from rmqlake.session import get_spark
+
+    return get_spark(settings.spark, conf_dir=args.conf, app_name=f"rmqlake-{app}")
+
+
+def _now(text: str | None) -> datetime:
+    from rmqlake.timeutil import parse_timestamp, to_datetime
+
+    return to_datetime(parse_timestamp(text, option="--now")) if text else datetime.now(UTC)
+
+
+def cmd_generate(args, settings) -> int:
+    from rmqlake.generate import TopicPlan, generate
+    from rmqlake.timeutil import parse_timestamp
+
+    names = [t.strip() for t in args.topics.split(",") if t.strip()] if args.topics else list(settings.topics)
+    if not names:
+        raise UsageError("no topics: pass --topics or list topics in topics.yaml")
+    plans = []
+    for name in names:
+        queues = settings.queue_count(name)
+        if queues is None:
+            raise UsageError(f"topic {name} is not in topics.yaml and auto-creation is off")
+        policy = settings.topics[name].cleanup_policy if name in settings.topics else "DELETE"
+        plans.append(TopicPlan(name, queues, policy == "COMPACTION"))
+    options = {"start_ms": parse_timestamp(args.start, option="--start")} if args.start else {}
+    summary = generate(
+        args.out,
+        messages=args.messages,
+        topics=plans,
+        hours=args.hours,
+        bad_rate=args.bad_rate,
+        seed=args.seed,
+        gzip_files=args.gzip,
+        max_message_size=settings.store.max_message_size,
+        **options,
+    )
+    _emit(
+        args,
+        {k: v for k, v in summary.items() if k != "files"} | {"files": len(summary["files"]), "out": str(args.out)},
+    )
+    return 0
+
+
+def cmd_ingest(args, settings) -> int:
+    from rmqlake.steps.ingest import ingest
+
+    spark = _spark(settings, args, "ingest")
+    metrics = ingest(spark, settings, input_path=args.input, batch_id=args.batch_id, now=_now(args.now))
+    _emit(args, metrics)
+    return 1 if args.fail_on_reject and metrics.get("rejected") else 0
+
+
+def cmd_status(args, settings) -> int:
+    from rmqlake.steps.status import status
+
+    _emit(args, status(settings))
+    return 0
+
+
+COMMANDS.update(generate=cmd_generate, ingest=cmd_ingest, status=cmd_status)
+
+
+def _emit(args, result: dict | list[dict]) -> None:
+    rows = result if isinstance(result, list) else [result]
+    if args.json:
+        for row in rows:
+            sys.stdout.write(json.dumps(row, default=str, sort_keys=False) + "\n")
+    else:
+        from rmqlake.report import render_table
+
+        sys.stdout.write(render_table(rows) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit code (never raises for user errors)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed the usage error
+        return 2 if exc.code not in (0, None) else 0
+    configure_logging(args.log_level)
+    started = time.monotonic()
+    try:
+        settings = _settings(args)
+        with log_context(job=args.command):
+            code = COMMANDS[args.command](args, settings)
+    except RmqlakeError as exc:
+        sys.stderr.write(f"rmqlake {args.command}: error: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    log.debug("%s finished in %.1fs", args.command, time.monotonic() - started)
+    return code
+
+
+def console_main() -> None:
+    """Console-script entry: exit with ``main``'s code even if a native library aborts at teardown."""
+    code = main()
+    _stop_spark()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _stop_spark() -> None:
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()
+
+
+if __name__ == "__main__":
+    console_main()

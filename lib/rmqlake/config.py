@@ -1,0 +1,320 @@
+"""Configuration: YAML files + overlays + ``--set`` overrides → one frozen, typed object.
+
+Load order (later wins): ``conf/defaults.yaml``, ``conf/topics.yaml`` (under
+the ``topics`` key), ``conf/env/<env>.yaml``, then each ``--set key.path=value``.
+Validation happens once, before any job does work, and every problem is
+reported with its dotted key, the value found, what is allowed and where the
+value came from.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rmqlake.errors import ConfigError
+from rmqlake.formats.hosts import parse_host
+from rmqlake.formats.topic import topic_error
+
+INT_MAX = 2**31 - 1
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class StoreSettings(_Section):
+    """Broker store constants (MessageStoreConfig); defaults are the broker's."""
+
+    commitlog_segment_size: int = Field(1073741824, ge=1024, le=INT_MAX)
+    max_message_size: int = Field(4194304, ge=1, le=INT_MAX)
+    cq_units_per_file: int = Field(300000, ge=1, le=INT_MAX // 20)
+    index_slots: int = Field(5000000, ge=1)
+    index_max_entries: int = Field(20000000, ge=2)
+    message_index_enable: bool = True
+
+    @model_validator(mode="after")
+    def _index_file_fits_an_int(self) -> StoreSettings:
+        size = 40 + 4 * self.index_slots + 20 * self.index_max_entries
+        if size > INT_MAX:
+            raise ValueError(
+                f"an index file of {self.index_slots} slots and {self.index_max_entries} entries would be "
+                f"{size} bytes; the broker maps it with an int size (max {INT_MAX})"
+            )
+        return self
+
+
+class RetentionSettings(_Section):
+    """File deletion rules (CleanCommitLogService)."""
+
+    file_reserved_hours: int = Field(72, ge=0)
+    delete_when: str = "04"
+    disk_max_used_ratio: float = Field(0.75, ge=0, le=1)
+    disk_clean_forcibly_ratio: float = Field(0.85, ge=0, le=1)
+    disk_warning_ratio: float = Field(0.90, ge=0, le=1)
+    disk_capacity_bytes: int = Field(536870912000, ge=1)
+    disk_other_used_bytes: int = Field(0, ge=0)
+    max_segments_per_run: int = Field(10, ge=1)
+
+    @field_validator("delete_when", mode="before")
+    @classmethod
+    def _hours(cls, value: Any) -> str:
+        text = str(value).strip()
+        hours = [part.strip() for part in text.split(";")]
+        if not text or any(not re.fullmatch(r"\d{1,2}", h) or int(h) > 23 for h in hours):
+            raise ValueError('must be hours of day 00-23 separated by \';\' (e.g. "04" or "04;16")')
+        return text
+
+
+class BrokerSettings(_Section):
+    """Broker identity and topic defaults."""
+
+    timezone: str = "UTC"
+    cluster_name: str = "DefaultCluster"
+    auto_create_topic_enable: bool = True
+    default_topic_queue_nums: int = Field(4, ge=1, le=65535)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"must be an IANA time zone name such as 'UTC' or 'Asia/Shanghai', got {value!r}"
+            ) from None
+        return value
+
+
+class HostsSettings(_Section):
+    """Default socket addresses for messages that do not carry their own."""
+
+    store_host: str = "127.0.0.1:10911"
+    born_host: str = "127.0.0.1:49152"
+
+    @field_validator("store_host", "born_host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return str(parse_host(value))
+
+
+class LakeSettings(_Section):
+    """Where the tables live and which Delta engine commits them."""
+
+    root: str = "./lake"
+    engine: Literal["delta-rs"] = "delta-rs"
+    storage_options: dict[str, str] = Field(default_factory=dict)
+    commit_retries: int = Field(2, ge=0, le=10)
+    staging_grace_hours: float = Field(24.0, ge=0)
+
+
+class SparkSettings(_Section):
+    """Session settings used when rmqlake builds the session (not under spark-submit)."""
+
+    master: str = "local[2]"
+    app_name: str = "rmqlake"
+    shuffle_partitions: int = Field(4, ge=1)
+    driver_memory: str = "2g"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("conf")
+    @classmethod
+    def _no_downloads(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in ("spark.jars.packages", "spark.jars.repositories"):
+            if value.get(key):
+                raise ValueError(
+                    f"{key} would make Spark download jars at run time, which hangs or fails offline; "
+                    "ship jars with spark.jars instead"
+                )
+        return value
+
+
+class IngestSettings(_Section):
+    """How ingest reads and splits its input."""
+
+    split_bytes: int = Field(128 * 1024 * 1024, ge=1024)
+    sort_partitions: int | None = Field(None, ge=1)
+    log_rejects: int = Field(20, ge=0)
+
+
+class TopicSettings(_Section):
+    """One topic of ``topics.yaml``."""
+
+    queues: int = Field(..., ge=1, le=65535)
+    cleanup_policy: Literal["DELETE", "COMPACTION"] = "DELETE"
+
+
+class Settings(_Section):
+    """Everything a job may need, validated. Pass the individual values on, not this object."""
+
+    store: StoreSettings = StoreSettings()
+    retention: RetentionSettings = RetentionSettings()
+    broker: BrokerSettings = BrokerSettings()
+    hosts: HostsSettings = HostsSettings()
+    lake: LakeSettings = LakeSettings()
+    spark: SparkSettings = SparkSettings()
+    ingest: IngestSettings = IngestSettings()
+    topics: dict[str, TopicSettings] = Field(default_factory=dict)
+
+    @field_validator("topics")
+    @classmethod
+    def _topic_names(cls, value: dict[str, TopicSettings]) -> dict[str, TopicSettings]:
+        for name in value:
+            problem = topic_error(name)
+            if problem:
+                raise ValueError(f"topic name {name!r} is invalid: {problem}")
+        return value
+
+    def queue_count(self, topic: str) -> int | None:
+        """Queues of ``topic``: from topics.yaml, else the auto-create default, else ``None``."""
+        if topic in self.topics:
+            return self.topics[topic].queues
+        return self.broker.default_topic_queue_nums if self.broker.auto_create_topic_enable else None
+
+    def compaction_topics(self) -> list[str]:
+        return sorted(name for name, t in self.topics.items() if t.cleanup_policy == "COMPACTION")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {path} does not exist") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"configuration file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"configuration file {path} must hold a mapping at the top, found {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict[str, Any], overlay: Mapping[str, Any], source: str, sources: dict[str, str], prefix=""):
+    for key, value in overlay.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value, source, sources, prefix=dotted + ".")
+        else:
+            base[key] = copy.deepcopy(value)
+            _record_sources(value, dotted, source, sources)
+
+
+def _record_sources(value: Any, dotted: str, source: str, sources: dict[str, str]) -> None:
+    sources[dotted] = source
+    if isinstance(value, Mapping):
+        for key, inner in value.items():
+            _record_sources(inner, f"{dotted}.{key}", source, sources)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``key.path=value``; the value is read as a YAML scalar (``8``, ``true``, ``"04"``).
+
+    Raises:
+        ConfigError: no ``=`` or an empty key.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"--set expects key.path=value, got {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def load_settings(
+    conf_dir: str | Path = "conf",
+    *,
+    env: str | None = None,
+    overrides: Sequence[str] = (),
+    lake: str | None = None,
+) -> Settings:
+    """Read, merge and validate the configuration.
+
+    Args:
+        conf_dir: folder holding ``defaults.yaml``, ``topics.yaml`` and ``env/``.
+        env: overlay name, read from ``conf/env/<env>.yaml``.
+        overrides: ``key.path=value`` strings, applied last.
+        lake: ``--lake``, overrides ``lake.root``.
+
+    Raises:
+        ConfigError: a file is missing or malformed, or a value is invalid.
+    """
+    conf = Path(conf_dir)
+    sources: dict[str, str] = {}
+    merged: dict[str, Any] = {}
+    _merge(merged, _read_yaml(conf / "defaults.yaml"), str(conf / "defaults.yaml"), sources)
+    topics_file = conf / "topics.yaml"
+    if topics_file.exists():
+        topics_doc = _read_yaml(topics_file)
+        _merge(merged, {"topics": topics_doc.get("topics", topics_doc)}, str(topics_file), sources)
+    if env:
+        env_file = conf / "env" / f"{env}.yaml"
+        if not env_file.exists():
+            available = sorted(p.stem for p in (conf / "env").glob("*.yaml"))
+            raise ConfigError(
+                f"--env {env}: no file {env_file}; available environments: {', '.join(available) or 'none'}"
+            )
+        _merge(merged, _read_yaml(env_file), str(env_file), sources)
+    for text in overrides:
+        path, value = parse_override(text)
+        overlay: dict[str, Any] = {path[-1]: value}
+        for part in reversed(path[:-1]):
+            overlay = {part: overlay}
+        _merge(merged, overlay, f"--set {text}", sources)
+    if lake:
+        _merge(merged, {"lake": {"root": lake}}, "--lake", sources)
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, sources)) from None
+
+
+def _describe(exc: ValidationError, sources: Mapping[str, str]) -> str:
+    lines = ["invalid configuration:"]
+    for error in exc.errors():
+        dotted = ".".join(str(part) for part in error["loc"])
+        source = _source_of(dotted, sources)
+        value = error.get("input")
+        if error["type"] == "extra_forbidden":
+            parent = dotted.rsplit(".", 1)[0] if "." in dotted else ""
+            allowed = _allowed_keys(parent)
+            message = f"unknown key; allowed keys{' under ' + parent if parent else ''}: {', '.join(allowed)}"
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+        shown = "" if isinstance(value, dict) else f" = {value!r}"
+        lines.append(f"  {dotted}{shown}: {message}" + (f" (from {source})" if source else ""))
+    return "\n".join(lines)
+
+
+def _source_of(dotted: str, sources: Mapping[str, str]) -> str | None:
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        found = sources.get(".".join(parts[:end]))
+        if found:
+            return found
+    return None
+
+
+def _allowed_keys(parent: str) -> list[str]:
+    parts = parent.split(".") if parent else []
+    if len(parts) == 2 and parts[0] == "topics":
+        return sorted(TopicSettings.model_fields)
+    model: type[BaseModel] = Settings
+    for part in parts:
+        field = model.model_fields.get(part)
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return sorted(model.model_fields)

@@ -1,0 +1,88 @@
+"""ConsumeQueue units, files and tagsCode (spec 2.1-2.5, 8.10-8.11, 8.24)."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+
+from rmqlake.formats.javahash import java_string_hash
+
+CQ_UNIT_SIZE = 20
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNIT = struct.Struct(">qiq")
+# fillPreBlank: units before the first real unit of a queue that starts mid-way
+PRE_BLANK_UNIT = (0, 0x7FFFFFFF, 0)
+
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(levels: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
+    """``messageDelayLevel`` → {level: delay ms}, levels numbered from 1."""
+    table = {}
+    for level, token in enumerate(levels.split(), start=1):
+        table[level] = int(token[:-1]) * _UNIT_MS[token[-1]]
+    return table
+
+
+_DELAY_TABLE = parse_delay_levels()
+MAX_DELAY_LEVEL = max(_DELAY_TABLE)
+
+
+def tags_code(tags: str | None) -> int:
+    """``tagsString2tagsCode``: the sign-extended ``String.hashCode`` of TAGS, 0 without tags."""
+    return java_string_hash(tags) if tags else 0
+
+
+def delay_level(properties: Mapping[str, str]) -> int | None:
+    """The DELAY level as the dispatcher reads it, capped at the highest level; ``None`` without DELAY.
+
+    Raises:
+        ValueError: DELAY is not an integer (``Integer.parseInt`` fails and
+            the broker cannot dispatch the record).
+    """
+    text = properties.get("DELAY")
+    if text is None:
+        return None
+    level = int(text)
+    return min(level, MAX_DELAY_LEVEL)
+
+
+def dispatch_tags_code(topic: str, tags: str | None, properties: Mapping[str, str], store_timestamp: int) -> int:
+    """tagsCode of a dispatched record (spec 2.3).
+
+    On ``SCHEDULE_TOPIC_XXXX`` with a positive DELAY level it is the delivery
+    time (``storeTimestamp`` + the level's delay, + 1000 ms for an unknown
+    level); otherwise the TAGS hash.
+    """
+    code = tags_code(tags)
+    if topic == SCHEDULE_TOPIC:
+        level = delay_level(properties)
+        if level is not None and level > 0:
+            code = store_timestamp + _DELAY_TABLE.get(level, 1000)
+    return code
+
+
+def encode_unit(commit_log_offset: int, size: int, tags_code_value: int) -> bytes:
+    """A 20-byte CQ unit: commitLogOffset (long), size (int), tagsCode (long)."""
+    return _UNIT.pack(commit_log_offset, size, tags_code_value)
+
+
+def decode_unit(buf: bytes, position: int = 0) -> tuple[int, int, int]:
+    """(commitLogOffset, size, tagsCode) of the unit at ``position``."""
+    return _UNIT.unpack_from(buf, position)
+
+
+def cq_file_size(units_per_file: int) -> int:
+    return units_per_file * CQ_UNIT_SIZE
+
+
+def cq_file_name(queue_offset: int, units_per_file: int) -> str:
+    """Name of the CQ file holding ``queue_offset``: its first unit's logical byte offset, 20 digits."""
+    file_size = cq_file_size(units_per_file)
+    return f"{(queue_offset * CQ_UNIT_SIZE) // file_size * file_size:020d}"
+
+
+def cq_position(queue_offset: int, units_per_file: int) -> int:
+    """Byte position of the unit inside its file."""
+    return (queue_offset * CQ_UNIT_SIZE) % cq_file_size(units_per_file)

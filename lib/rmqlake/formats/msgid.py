@@ -1,0 +1,81 @@
+"""Message ids (spec 1.8): the broker's offsetMsgId and the client's UNIQ_KEY."""
+
+from __future__ import annotations
+
+import struct
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from rmqlake.formats.hosts import HostAddress
+from rmqlake.formats.javahash import to_int32
+
+
+def offset_msg_id_prefix(store_host: HostAddress) -> str:
+    """Upper-case hex of store address + port: the part of an offsetMsgId fixed per host."""
+    return store_host.encode().hex().upper()
+
+
+def offset_msg_id(store_host: HostAddress, physical_offset: int) -> str:
+    """``MessageDecoder.createMessageId``: hex(address + port + physical offset), upper case.
+
+    Example:
+        >>> from rmqlake.formats.hosts import parse_host
+        >>> offset_msg_id(parse_host("10.0.0.5:10911"), 0)
+        '0A00000500002A9F0000000000000000'
+    """
+    return offset_msg_id_with_prefix(offset_msg_id_prefix(store_host), physical_offset)
+
+
+def offset_msg_id_with_prefix(prefix: str, physical_offset: int) -> str:
+    """offsetMsgId from a precomputed ``offset_msg_id_prefix`` (hot path: one per message)."""
+    return f"{prefix}{physical_offset & 0xFFFFFFFFFFFFFFFF:016X}"
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[HostAddress, int]:
+    """Split an offsetMsgId into (store host, physical offset).
+
+    32 hex characters decode as IPv4, 56 as IPv6 (``MessageDecoder.decodeMessageId``).
+
+    Raises:
+        ValueError: not 32 or 56 hex characters.
+    """
+    text = msg_id.strip()
+    if len(text) not in (32, 56):
+        raise ValueError(f"an offsetMsgId has 32 (IPv4) or 56 (IPv6) hex characters, got {len(text)}: {msg_id!r}")
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raise ValueError(f"an offsetMsgId is hexadecimal, got {msg_id!r}") from None
+    address_length = 4 if len(raw) == 16 else 16
+    (port,) = struct.unpack_from(">i", raw, address_length)
+    (offset,) = struct.unpack_from(">q", raw, address_length + 4)
+    return HostAddress(raw[:address_length], port), offset
+
+
+def month_start_millis(timestamp_ms: int, zone: str) -> int:
+    """Epoch ms of 00:00:00.000 on the first day of ``timestamp_ms``'s month in ``zone``."""
+    tz = ZoneInfo(zone)
+    moment = datetime.fromtimestamp(timestamp_ms / 1000.0, tz)
+    start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return int(start.timestamp() * 1000)
+
+
+def uniq_key(
+    *, ip: bytes, pid: int, class_loader_hash: int, timestamp_ms: int, month_start_ms: int, counter: int
+) -> str:
+    """A client message id in ``MessageClientIDSetter``'s layout.
+
+    ip (4|16) + pid (short) + class-loader hash (int) + ms since the start
+    of the month (int, wraps like Java's cast; small negatives clamp to 0)
+    + counter (low 16 bits), as upper-case hex.
+    """
+    diff = to_int32(timestamp_ms - month_start_ms)
+    if -1_000_000 < diff < 0:
+        diff = 0
+    tail = struct.pack(">hii", to_int16(pid), to_int32(class_loader_hash), diff) + struct.pack(">h", to_int16(counter))
+    return (ip + tail).hex().upper()
+
+
+def to_int16(value: int) -> int:
+    value &= 0xFFFF
+    return value - 0x10000 if value & 0x8000 else value

@@ -1,0 +1,277 @@
+"""Realistic, deterministic producer logs for demos, tests and benchmarks (``rmqlake generate``).
+
+Same seed, same files, byte for byte (gzip members carry no timestamp).
+Shape: bursty traffic over several hours from several producer hosts (one
+IPv6), Zipf-like keys with repeated updates, skewed tags, bodies from empty
+to tens of KiB (text, unicode and binary), user properties, transactions
+(PREPARED then COMMIT or ROLLBACK), a long ``%RETRY%`` topic, and optional bad
+lines of every kind CONTRACT §2 lists.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+PRODUCERS = ("10.1.0.11:50001", "10.1.0.12:50002", "10.1.0.13:50003", "[2001:db8::21]:50100")
+TAGS = (("TagA", 40), ("TagB", 25), ("TagPay", 15), ("TagRefund", 5), ("TagShip", 10), (None, 5))
+RETRY_GROUP = "cg_" + "settlement_reconciliation_worker_" * 4
+BAD_KINDS = (
+    "malformed_json",
+    "not_an_object",
+    "missing_topic",
+    "missing_body",
+    "missing_born_timestamp",
+    "mistyped_field",
+    "bad_topic_characters",
+    "topic_too_long",
+    "body_too_large",
+    "properties_too_long",
+    "queue_id_out_of_range",
+    "compaction_without_keys",
+    "bad_base64",
+    "bad_host",
+    "bad_transaction",
+    "empty_line",
+    "invalid_utf8",
+)
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    name: str
+    queues: int
+    compaction: bool
+
+
+def _zipf_index(rng: random.Random, size: int, skew: float = 1.2) -> int:
+    return min(int(rng.paretovariate(skew)) - 1, size - 1)
+
+
+def _body_size(rng: random.Random) -> int:
+    if rng.random() < 0.01:
+        return 0
+    return min(int(rng.lognormvariate(math.log(300), 1.3)), 48 * 1024)
+
+
+_WORDS = ("order", "amount", "status", "paid", "user", "region", "sku", "qty", "订单", "Ünïcödé", "😀")
+
+
+def _body(rng: random.Random, size: int) -> tuple[str, str | None]:
+    if size == 0:
+        return "", None
+    if rng.random() < 0.05:
+        return base64.b64encode(rng.randbytes(size)).decode("ascii"), "base64"
+    words = []
+    length = 0
+    while length < size:
+        word = rng.choice(_WORDS)
+        words.append(word)
+        length += len(word.encode("utf-8")) + 1
+    return " ".join(words), None
+
+
+def _timestamps(rng: random.Random, count: int, *, start_ms: int, hours: int) -> list[int]:
+    """Bursty arrival times: hourly weights plus a few short bursts per hour."""
+    hour_ms = 3_600_000
+    weights = [rng.uniform(0.5, 1.5) for _ in range(hours)]
+    bursts = [
+        (h, rng.uniform(0, hour_ms - 300_000), rng.uniform(60_000, 300_000)) for h in range(hours) for _ in range(2)
+    ]
+    times = []
+    for _ in range(count):
+        if rng.random() < 0.3:
+            hour, begin, length = rng.choice(bursts)
+            offset = hour * hour_ms + begin + rng.uniform(0, length)
+        else:
+            hour = rng.choices(range(hours), weights)[0]
+            offset = hour * hour_ms + rng.uniform(0, hour_ms)
+        times.append(start_ms + int(offset))
+    return sorted(times)
+
+
+def _message(rng: random.Random, topic: TopicPlan, born: int, producer: str) -> dict:
+    line: dict = {"topic": topic.name, "bornTimestamp": born, "bornHost": producer}
+    delay = rng.randint(0, 40)
+    if delay:
+        line["storeTimestamp"] = born + delay
+    if topic.compaction:
+        line["keys"] = f"user-{_zipf_index(rng, 2000):05d}"
+    elif topic.name.startswith("Order"):
+        key = f"order-{_zipf_index(rng, 50_000):06d}"
+        line["keys"] = [key, f"user-{_zipf_index(rng, 5000):05d}"] if rng.random() < 0.3 else key
+    tag = rng.choices([t for t, _ in TAGS], [w for _, w in TAGS])[0]
+    if tag:
+        line["tags"] = tag
+    body, encoding = _body(rng, _body_size(rng))
+    if topic.compaction and rng.random() < 0.05:
+        body, encoding = "", None  # tombstone
+    line["body"] = body
+    if encoding:
+        line["bodyEncoding"] = encoding
+    if rng.random() < 0.3:
+        line["properties"] = {"traceId": f"{rng.getrandbits(64):016x}", "region": rng.choice(["eu-1", "us-2", "ap-3"])}
+    if rng.random() < 0.02:
+        line["queueId"] = rng.randrange(topic.queues)
+    if rng.random() < 0.01:
+        line["flag"] = rng.randint(1, 7)
+    return line
+
+
+def _bad_line(rng: random.Random, kind: str, *, born: int, topics: list[TopicPlan], max_message_size: int) -> bytes:
+    plain = next((t for t in topics if not t.compaction), topics[0])
+    good = {"topic": plain.name, "body": "x", "bornTimestamp": born}
+    if kind == "malformed_json":
+        return b'{"topic": "' + plain.name.encode() + b'", "body": "unterminated'
+    if kind == "not_an_object":
+        return json.dumps([good]).encode()
+    if kind == "missing_topic":
+        return json.dumps({k: v for k, v in good.items() if k != "topic"}).encode()
+    if kind == "missing_body":
+        return json.dumps({k: v for k, v in good.items() if k != "body"}).encode()
+    if kind == "missing_born_timestamp":
+        return json.dumps({k: v for k, v in good.items() if k != "bornTimestamp"}).encode()
+    if kind == "mistyped_field":
+        return json.dumps({**good, "bornTimestamp": str(born)}).encode()
+    if kind == "bad_topic_characters":
+        return json.dumps({**good, "topic": "Orders/EU"}).encode()
+    if kind == "topic_too_long":
+        return json.dumps({**good, "topic": "T" * 128}).encode()
+    if kind == "body_too_large":
+        return json.dumps({**good, "body": "x" * (max_message_size + 1)}).encode()
+    if kind == "properties_too_long":
+        return json.dumps({**good, "properties": {"blob": "p" * 32768}}).encode()
+    if kind == "queue_id_out_of_range":
+        return json.dumps({**good, "queueId": plain.queues + 7}).encode()
+    if kind == "compaction_without_keys":
+        compacted = next((t for t in topics if t.compaction), None)
+        return json.dumps({**good, "topic": compacted.name if compacted else plain.name}).encode()
+    if kind == "bad_base64":
+        return json.dumps({**good, "body": "not base64!", "bodyEncoding": "base64"}).encode()
+    if kind == "bad_host":
+        return json.dumps({**good, "bornHost": "10.1.0.999:5"}).encode()
+    if kind == "bad_transaction":
+        return json.dumps({**good, "transaction": "HALF"}).encode()
+    if kind == "empty_line":
+        return b""
+    if kind == "invalid_utf8":
+        return (
+            b'{"topic": "'
+            + plain.name.encode()
+            + b'", "body": "\xff\xfe", "bornTimestamp": '
+            + str(born).encode()
+            + b"}"
+        )
+    raise ValueError(f"unknown bad line kind {kind!r}")
+
+
+def generate(
+    out: str | Path,
+    *,
+    messages: int,
+    topics: list[TopicPlan],
+    hours: int = 3,
+    bad_rate: float = 0.0,
+    seed: int = 42,
+    start_ms: int = 1795219200000,  # 2026-11-21T00:00:00Z
+    gzip_files: bool = False,
+    max_message_size: int = 4194304,
+    transactions: bool = True,
+    retry_topic: bool = True,
+) -> dict:
+    """Write producer logs under ``out/landing/dt=YYYY-MM-DD/hour=HH/``, one file per producer and hour.
+
+    Args:
+        messages: valid messages to write (transactions count each record).
+        topics: topics to write to; COMPACTION topics always get keys.
+        bad_rate: extra bad lines as a fraction of ``messages``, cycling
+            through every kind in ``BAD_KINDS``.
+
+    Returns:
+        A summary also written to ``out/MANIFEST.json``: lines, messages,
+        bad lines per kind, files, and the time range.
+    """
+    rng = random.Random(seed)
+    out = Path(out)
+    if messages < 0 or hours < 1 or not 0 <= bad_rate <= 1 or not topics:
+        raise ValueError("messages must be >= 0, hours >= 1, bad_rate in [0, 1] and topics non-empty")
+    times = _timestamps(rng, messages, start_ms=start_ms, hours=hours)
+    weights = [3 if not t.compaction else 2 for t in topics]
+    retry = TopicPlan("%RETRY%" + RETRY_GROUP, 1, False)
+    per_file: dict[tuple[int, str], list[tuple[int, int, bytes]]] = {}
+    order = 0
+    written = 0
+    index = 0
+    while written < messages:
+        born = times[index]
+        index += 1
+        producer = rng.choice(PRODUCERS)
+        if retry_topic and rng.random() < 0.002:
+            line = _message(rng, retry, born, producer)
+            line["reconsumeTimes"] = rng.randint(1, 3)
+            records = [line]
+        else:
+            topic = rng.choices(topics, weights)[0]
+            line = _message(rng, topic, born, producer)
+            records = [line]
+            if transactions and not topic.compaction and rng.random() < 0.02 and written + 2 <= messages:
+                line["transaction"] = "PREPARED"
+                line["uniqKey"] = f"{rng.getrandbits(128):032X}"
+                end = {**line, "transaction": "COMMIT" if rng.random() < 0.85 else "ROLLBACK"}
+                end["bornTimestamp"] = born + rng.randint(100, 3000)
+                end.pop("storeTimestamp", None)
+                records.append(end)
+        for record in records:
+            hour = (record["bornTimestamp"] - start_ms) // 3_600_000
+            encoded = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            per_file.setdefault((hour, producer), []).append((record["bornTimestamp"], order, encoded))
+            order += 1
+            written += 1
+    bad_total = round(messages * bad_rate)
+    bad_kinds: Counter = Counter()
+    oversize_written = False
+    for number in range(bad_total):
+        kind = BAD_KINDS[number % len(BAD_KINDS)]
+        if kind == "body_too_large" and oversize_written:
+            kind = "malformed_json"
+        oversize_written |= kind == "body_too_large"
+        born = start_ms + rng.randrange(hours * 3_600_000)
+        producer = rng.choice(PRODUCERS)
+        raw = _bad_line(rng, kind, born=born, topics=topics, max_message_size=max_message_size)
+        per_file.setdefault(((born - start_ms) // 3_600_000, producer), []).append((born, order, raw))
+        order += 1
+        bad_kinds[kind] += 1
+    files = []
+    for (hour, producer), lines in sorted(per_file.items()):
+        moment = datetime.fromtimestamp((start_ms + hour * 3_600_000) / 1000, UTC)
+        folder = out / "landing" / f"dt={moment:%Y-%m-%d}" / f"hour={moment:%H}"
+        folder.mkdir(parents=True, exist_ok=True)
+        host = producer.replace("[", "").replace("]", "").replace(":", "_")
+        path = folder / f"producer-{host}.jsonl{'.gz' if gzip_files else ''}"
+        data = b"\n".join(raw for _, _, raw in sorted(lines)) + b"\n"
+        if gzip_files:
+            data = gzip.compress(data, mtime=0)
+        path.write_bytes(data)
+        files.append(str(path.relative_to(out)))
+    summary = {
+        "seed": seed,
+        "messages": written,
+        "bad_lines": bad_total,
+        "bad_kinds": dict(sorted(bad_kinds.items())),
+        "lines": written + bad_total,
+        "files": files,
+        "hours": hours,
+        "start_ms": start_ms,
+        "end_ms": start_ms + hours * 3_600_000,
+        "topics": [t.name for t in topics] + ([retry.name] if retry_topic else []),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "MANIFEST.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary

@@ -1,0 +1,167 @@
+"""The default Delta engine: delta-rs commits files that Spark (or pyarrow) wrote.
+
+Only this module (and ``ledger``) import ``deltalake``. Every commit carries
+the run's app transactions, so a table's progress is recorded atomically
+with its rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction
+
+from rmqlake.errors import CommitConflictError
+from rmqlake.lake.actions import DataFile
+from rmqlake.lake.tables import TableSpec
+
+log = logging.getLogger(__name__)
+
+
+class DeltaRsEngine:
+    """Table access through delta-rs. Paths are ``<root>/<table name>``."""
+
+    name = "delta-rs"
+
+    def __init__(self, root: str, *, storage_options: Mapping[str, str] | None = None):
+        self.root = root
+        self.storage_options = dict(storage_options or {})
+
+    def uri(self, table: str) -> str:
+        return f"{self.root}/{table}"
+
+    def open(self, table: str, *, version: int | None = None) -> DeltaTable | None:
+        """The table at ``version`` (latest when ``None``), or ``None`` if it does not exist."""
+        try:
+            return DeltaTable(self.uri(table), version=version, storage_options=self.storage_options or None)
+        except TableNotFoundError:
+            return None
+
+    def exists(self, table: str) -> bool:
+        return DeltaTable.is_deltatable(self.uri(table), storage_options=self.storage_options or None)
+
+    def ensure_table(self, spec: TableSpec) -> None:
+        """Create ``spec`` empty if it does not exist (a concurrent creation is fine)."""
+        if self.exists(spec.name):
+            return
+        try:
+            DeltaTable.create(
+                self.uri(spec.name),
+                spec.arrow_schema,
+                mode="ignore",
+                partition_by=list(spec.partition_by) or None,
+                name=spec.name,
+                description=spec.description or None,
+                storage_options=self.storage_options or None,
+            )
+        except Exception:  # another process created it first
+            if not self.exists(spec.name):
+                raise
+
+    def version(self, table: str) -> int | None:
+        dt = self.open(table)
+        return None if dt is None else dt.version()
+
+    def transaction_version(self, table: str, app_id: str) -> int | None:
+        dt = self.open(table)
+        return None if dt is None else dt.transaction_version(app_id)
+
+    def file_uris(self, table: str, *, version: int | None = None, partition_filters=None) -> list[str]:
+        dt = self.open(table, version=version)
+        if dt is None:
+            return []
+        return dt.file_uris(partition_filters=partition_filters)
+
+    def active_files(self, table: str, *, version: int | None = None) -> list[DataFile]:
+        """Add actions of the table's current snapshot."""
+        dt = self.open(table, version=version)
+        if dt is None:
+            return []
+        actions = dt.get_add_actions(flatten=False).to_pylist()
+        return [
+            DataFile(
+                path=a["path"],
+                size=a["size_bytes"],
+                partition_values=dict(a.get("partition_values") or {}),
+                modification_time=a.get("modification_time") or 0,
+                num_records=a.get("num_records") or 0,
+            )
+            for a in actions
+        ]
+
+    def commit_files(
+        self,
+        spec: TableSpec,
+        *,
+        adds: Sequence[DataFile],
+        removes: Sequence[DataFile] = (),
+        mode: Literal["append", "overwrite"] = "append",
+        app_transactions: Mapping[str, int],
+        metadata: Mapping[str, str],
+        deletion_timestamp: int = 0,
+    ) -> int:
+        """Commit ``adds`` (files already in place) and ``removes`` in one Delta commit.
+
+        Returns:
+            The new table version.
+
+        Raises:
+            CommitConflictError: a concurrent commit conflicts with this one.
+        """
+        self.ensure_table(spec)
+        dt = self.open(spec.name)
+        actions: list = [
+            AddAction(
+                path=f.path,
+                size=f.size,
+                partition_values=f.partition_values,
+                modification_time=f.modification_time,
+                data_change=True,
+                stats=f.stats,
+            )
+            for f in adds
+        ]
+        actions += [
+            RemoveAction(
+                path=f.path,
+                data_change=True,
+                deletion_timestamp=deletion_timestamp,
+                size=f.size,
+                partition_values=f.partition_values,
+            )
+            for f in removes
+        ]
+        properties = CommitProperties(
+            app_transactions=[Transaction(app_id, version) for app_id, version in app_transactions.items()],
+            custom_metadata=dict(metadata),
+        )
+        try:
+            dt.create_write_transaction(
+                actions,
+                mode=mode,
+                schema=spec.arrow_schema,
+                partition_by=list(spec.partition_by) or None,
+                commit_properties=properties,
+            )
+        except CommitFailedError as exc:
+            raise CommitConflictError(
+                f"commit to table {spec.name} conflicted with a concurrent commit: {exc}"
+            ) from exc
+        dt.update_incremental()
+        return dt.version()
+
+    def read_arrow(self, table: str, *, columns: Sequence[str] | None = None, version: int | None = None) -> pa.Table:
+        """A whole small table as Arrow (metadata tables only; never message rows)."""
+        dt = self.open(table, version=version)
+        if dt is None:
+            raise FileNotFoundError(f"table {self.uri(table)} does not exist")
+        return dt.to_pyarrow_table(columns=list(columns) if columns else None)
+
+    def history(self, table: str, *, limit: int | None = None) -> list[dict]:
+        dt = self.open(table)
+        return [] if dt is None else dt.history(limit)

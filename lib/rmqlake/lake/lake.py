@@ -1,0 +1,362 @@
+"""The lake: its tables, its ledger, and runs that change several tables as one decision.
+
+A job does ``with lake.run("ingest") as run:`` (via ``run_job``), stages the
+files of each table it changes, and calls ``run.commit(state=...)``. See
+``ledger`` for why this is safe against crashes and concurrent runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import logging
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rmqlake.errors import CommitConflictError, LakeStateError
+from rmqlake.lake.actions import DataFile, parquet_stats, partition_values_from_path
+from rmqlake.lake.deltars import DeltaRsEngine
+from rmqlake.lake.ledger import LEDGER_APP_ID, LedgerEntry, commit_ledger, read_ledger
+from rmqlake.lake.storage import Storage, normalize_root
+from rmqlake.lake.tables import TABLES, table_spec
+
+log = logging.getLogger(__name__)
+
+STAGING_DIR = "_staging"
+
+
+@dataclass
+class TableOp:
+    """One table commit of a run: files to add (staged), files to remove, extra app transactions."""
+
+    table: str
+    mode: Literal["append", "overwrite"] = "append"
+    adds: list[DataFile] = field(default_factory=list)
+    removes: list[DataFile] = field(default_factory=list)
+    app_transactions: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "table": self.table,
+            "mode": self.mode,
+            "adds": [f.to_json() for f in self.adds],
+            "removes": [f.to_json() for f in self.removes],
+            "app_transactions": self.app_transactions,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> TableOp:
+        return cls(
+            table=data["table"],
+            mode=data["mode"],
+            adds=[DataFile.from_json(f) for f in data["adds"]],
+            removes=[DataFile.from_json(f) for f in data["removes"]],
+            app_transactions=dict(data.get("app_transactions", {})),
+        )
+
+
+class Lake:
+    """Table access and run management under one lake root.
+
+    Args:
+        root: local folder or object-store URI holding the tables.
+        storage_options: delta-rs / object-store options.
+        staging_grace_hours: staged files of runs that never committed are
+            removed once they are this old (younger ones may belong to a
+            run that is still working).
+    """
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        engine: str = "delta-rs",
+        staging_grace_hours: float = 24.0,
+    ):
+        self.root = normalize_root(root)
+        self.storage_options = dict(storage_options or {})
+        self.storage = Storage(self.root, self.storage_options)
+        if engine != "delta-rs":
+            raise ValueError(f"unknown lake engine {engine!r}; available: delta-rs")
+        self.engine = DeltaRsEngine(self.root, storage_options=self.storage_options)
+        self.staging_grace_hours = staging_grace_hours
+
+    # -- reading -----------------------------------------------------------------
+    def uri(self, table: str) -> str:
+        return self.engine.uri(table)
+
+    def exists(self, table: str) -> bool:
+        return self.engine.exists(table)
+
+    def version(self, table: str) -> int | None:
+        return self.engine.version(table)
+
+    def read_arrow(self, table: str, *, columns: Sequence[str] | None = None, version: int | None = None) -> pa.Table:
+        """A small table (segments, ledger-sized metadata) as Arrow; empty if it does not exist."""
+        if not self.exists(table):
+            return table_spec(table).arrow_schema.empty_table()
+        return self.engine.read_arrow(table, columns=columns, version=version)
+
+    def ledger(self) -> LedgerEntry:
+        return read_ledger(self.root, storage_options=self.storage_options)
+
+    def state(self) -> dict[str, Any]:
+        """The lake state of the latest committed run."""
+        return self.ledger().state
+
+    # -- runs ---------------------------------------------------------------------
+    def begin(self, job: str, *, run_id: str | None = None, batch_id: str | None = None) -> LakeRun:
+        """Start a run: finish any run that was decided but not fully applied, then read the state."""
+        self.roll_forward()
+        self._sweep_staging()
+        base = self.ledger()
+        run_id = run_id or f"{job}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+        return LakeRun(self, job=job, run_id=run_id, base=base, batch_id=batch_id)
+
+    def roll_forward(self) -> list[str]:
+        """Apply the table commits of the latest ledger entry that are still missing.
+
+        Returns:
+            The tables that were committed now (empty when nothing was pending).
+        """
+        entry = self.ledger()
+        if not entry.manifest:
+            return []
+        applied = self._apply_manifest(entry, quiet=True)
+        if applied:
+            log.warning(
+                "rolled forward %s run %s (seq %d): committed %s, which an interrupted run had left",
+                entry.job,
+                entry.run_id,
+                entry.seq,
+                ", ".join(applied),
+            )
+        return applied
+
+    def pending_tables(self) -> list[str]:
+        """Tables whose commit from the latest run is still missing (should be empty)."""
+        entry = self.ledger()
+        return [
+            op["table"]
+            for op in entry.manifest
+            if (self.engine.transaction_version(op["table"], LEDGER_APP_ID) or 0) < entry.seq
+        ]
+
+    def _apply_manifest(self, entry: LedgerEntry, *, quiet: bool = False) -> list[str]:
+        applied = []
+        for raw in entry.manifest:
+            op = TableOp.from_json(raw)
+            done = self.engine.transaction_version(op.table, LEDGER_APP_ID)
+            if done is not None and done >= entry.seq:
+                continue
+            self._place_staged_files(op, entry.run_id)
+            spec = table_spec(op.table)
+            metadata = {
+                "rmqlake.job": entry.job or "",
+                "rmqlake.run_id": entry.run_id or "",
+                "rmqlake.seq": str(entry.seq),
+            }
+            if entry.batch_id:
+                metadata["rmqlake.batch_id"] = entry.batch_id
+            try:
+                self.engine.commit_files(
+                    spec,
+                    adds=op.adds,
+                    removes=op.removes,
+                    mode=op.mode,
+                    app_transactions={LEDGER_APP_ID: entry.seq, **op.app_transactions},
+                    metadata=metadata,
+                    deletion_timestamp=int(time.time() * 1000),
+                )
+            except CommitConflictError:
+                # A concurrent roll-forward of the same entry may have won; that is fine.
+                done = self.engine.transaction_version(op.table, LEDGER_APP_ID)
+                if done is None or done < entry.seq:
+                    raise
+                continue
+            applied.append(op.table)
+        for raw in entry.manifest:
+            self.storage.delete_dir(f"{raw['table']}/{STAGING_DIR}/{entry.run_id}")
+        return applied
+
+    def _place_staged_files(self, op: TableOp, run_id: str | None) -> None:
+        staging = f"{op.table}/{STAGING_DIR}/{run_id}"
+        for data_file in op.adds:
+            final = f"{op.table}/{data_file.path}"
+            staged = f"{staging}/{data_file.path}"
+            if self.storage.exists(staged):
+                self.storage.move(staged, final)
+            elif not self.storage.exists(final):
+                raise LakeStateError(
+                    f"file {final} of run {run_id} is neither staged nor in place; the lake cannot be rolled forward"
+                )
+
+    def _sweep_staging(self) -> None:
+        """Remove staging folders of runs that never committed and are older than the grace period."""
+        cutoff = time.time() * 1000 - self.staging_grace_hours * 3_600_000
+        for name in TABLES:
+            for run_dir, mtime in self.storage.list_dirs(f"{name}/{STAGING_DIR}"):
+                if mtime < cutoff:
+                    log.info("removing staged files of uncommitted run %s in %s", run_dir, name)
+                    self.storage.delete_dir(f"{name}/{STAGING_DIR}/{run_dir}")
+
+
+class LakeRun:
+    """One job run's changes to the lake, decided by a single ledger commit.
+
+    ``state`` is a private copy of the lake state; the job updates it and
+    passes it to ``commit``.
+    """
+
+    def __init__(self, lake: Lake, *, job: str, run_id: str, base: LedgerEntry, batch_id: str | None):
+        self.lake = lake
+        self.job = job
+        self.run_id = run_id
+        self.base = base
+        self.batch_id = batch_id
+        self.seq = base.seq + 1
+        self.state: dict[str, Any] = copy.deepcopy(base.state)
+        self.ops: dict[str, TableOp] = {}
+        self.committed = False
+
+    def staging_uri(self, table: str) -> str:
+        return self.lake.storage.uri(table, STAGING_DIR, self.run_id)
+
+    def op(self, table: str, *, mode: Literal["append", "overwrite"] = "append") -> TableOp:
+        if table not in self.ops:
+            self.ops[table] = TableOp(table=table, mode=mode)
+        elif self.ops[table].mode != mode:
+            raise ValueError(f"table {table} is already staged with mode {self.ops[table].mode}, not {mode}")
+        return self.ops[table]
+
+    def collect_staged(self, table: str, *, mode: Literal["append", "overwrite"] = "append") -> list[DataFile]:
+        """Register every Parquet file under this run's staging folder of ``table`` for commit.
+
+        Statistics come from the Parquet footers (no data is read).
+        """
+        staging = f"{table}/{STAGING_DIR}/{self.run_id}"
+        files = []
+        for entry in self.lake.storage.list_files(staging):
+            if not entry.path.endswith(".parquet") or entry.path.rsplit("/", 1)[-1].startswith(("_", ".")):
+                continue
+            metadata = pq.read_metadata(
+                self.lake.storage.file_path(f"{staging}/{entry.path}"), filesystem=self.lake.storage.fs
+            )
+            num_records, stats = parquet_stats(metadata)
+            files.append(
+                DataFile(
+                    path=entry.path,
+                    size=entry.size,
+                    partition_values=partition_values_from_path(entry.path),
+                    modification_time=entry.mtime_ms,
+                    stats=stats,
+                    num_records=num_records,
+                )
+            )
+        self.op(table, mode=mode).adds.extend(files)
+        return files
+
+    def stage_arrow(
+        self, table: str, data: pa.Table, *, mode: Literal["append", "overwrite"] = "overwrite"
+    ) -> DataFile:
+        """Write a small Arrow table (one file, unpartitioned tables only) to staging."""
+        spec = table_spec(table)
+        if spec.partition_by:
+            raise ValueError(f"stage_arrow writes unpartitioned tables only; {table} is partitioned")
+        data = data.select(spec.columns).cast(spec.arrow_schema)
+        buffer = io.BytesIO()
+        pq.write_table(data, buffer, compression="snappy")
+        name = f"part-{self.run_id}-{len(self.op(table, mode=mode).adds):05d}.parquet"
+        self.lake.storage.write_bytes(f"{table}/{STAGING_DIR}/{self.run_id}/{name}", buffer.getvalue())
+        num_records, stats = parquet_stats(pq.read_metadata(io.BytesIO(buffer.getvalue())))
+        data_file = DataFile(
+            path=name,
+            size=len(buffer.getvalue()),
+            modification_time=int(time.time() * 1000),
+            stats=stats,
+            num_records=num_records,
+        )
+        self.op(table, mode=mode).adds.append(data_file)
+        return data_file
+
+    def remove(self, table: str, files: Sequence[DataFile]) -> None:
+        """Remove whole files from ``table`` in this run's commit (nothing is rewritten)."""
+        self.op(table).removes.extend(files)
+
+    def commit(self, *, state: Mapping[str, Any] | None = None) -> dict[str, int | None]:
+        """Decide the run (ledger commit), then make it visible table by table.
+
+        Returns:
+            The new version of each table the run changed.
+
+        Raises:
+            CommitConflictError: another run committed first; nothing of this
+                run is visible and its staged files are removed.
+        """
+        manifest = [op.to_json() for op in self.ops.values()]
+        for name in self.ops:
+            self.lake.engine.ensure_table(table_spec(name))
+        try:
+            commit_ledger(
+                self.lake.root,
+                self.base,
+                seq=self.seq,
+                job=self.job,
+                run_id=self.run_id,
+                batch_id=self.batch_id,
+                state=dict(state if state is not None else self.state),
+                manifest=manifest,
+                storage_options=self.lake.storage_options,
+            )
+        except CommitConflictError:
+            self.abort()
+            raise
+        self.committed = True
+        _crash_point("after-ledger-commit")
+        entry = self.lake.ledger()
+        self.lake._apply_manifest(entry)
+        return {name: self.lake.version(name) for name in self.ops}
+
+    def abort(self) -> None:
+        """Remove this run's staged files (the run was not committed)."""
+        if self.committed:
+            return
+        for name in TABLES:
+            self.lake.storage.delete_dir(f"{name}/{STAGING_DIR}/{self.run_id}")
+
+
+def _crash_point(name: str) -> None:
+    """Test hook: ``RMQLAKE_CRASH_AT=<name>`` kills the process here, as ``kill -9`` would."""
+    import os
+
+    if os.environ.get("RMQLAKE_CRASH_AT") == name:
+        log.error("RMQLAKE_CRASH_AT=%s: exiting abruptly (test hook)", name)
+        os._exit(137)
+
+
+def run_with_retries(lake: Lake, job: str, work: Callable[[LakeRun], dict], *, retries: int, batch_id=None) -> dict:
+    """Run ``work`` in a lake run, recomputing on a fresh state after a lost commit race."""
+    attempt = 0
+    while True:
+        run = lake.begin(job, batch_id=batch_id)
+        try:
+            return work(run)
+        except CommitConflictError as exc:
+            attempt += 1
+            if attempt > retries:
+                raise CommitConflictError(
+                    f"{job} lost the commit race {attempt} times (lake.commit_retries={retries}); "
+                    f"another run keeps committing to {lake.root}. Last conflict: {exc}"
+                ) from exc
+            log.warning("%s run %s lost a commit race; recomputing on the new lake state (%s)", job, run.run_id, exc)
+        except BaseException:
+            run.abort()
+            raise

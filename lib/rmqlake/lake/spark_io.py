@@ -1,0 +1,43 @@
+"""Spark ⇄ lake: read a table's current files, stage a DataFrame as a table's new files."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from rmqlake.lake.actions import DataFile
+from rmqlake.lake.lake import Lake, LakeRun
+from rmqlake.lake.tables import table_spec
+
+
+def read_table(spark, lake: Lake, table: str, *, version: int | None = None, partition_filters=None):
+    """The table as a DataFrame with its declared schema (empty when it does not exist yet).
+
+    Spark reads exactly the files in the Delta snapshot (``version`` for time
+    travel); partition columns come from the folder names, typed by the
+    declared schema.
+    """
+    spec = table_spec(table)
+    schema = spec.spark_schema
+    uris = (
+        lake.engine.file_uris(table, version=version, partition_filters=partition_filters) if lake.exists(table) else []
+    )
+    if not uris:
+        return spark.createDataFrame([], schema)
+    frame = spark.read.schema(schema).option("basePath", lake.uri(table)).parquet(*uris)
+    return frame.select(*spec.columns)
+
+
+def stage_dataframe(
+    run: LakeRun, frame, table: str, *, mode: Literal["append", "overwrite"] = "append"
+) -> list[DataFile]:
+    """Write ``frame`` as Parquet into the run's staging folder of ``table`` and register the files.
+
+    The frame is reordered to the table's columns; partition columns become
+    folders, as in the table itself.
+    """
+    spec = table_spec(table)
+    writer = frame.select(*spec.columns).write.mode("overwrite").option("compression", "snappy")
+    if spec.partition_by:
+        writer = writer.partitionBy(*spec.partition_by)
+    writer.parquet(run.staging_uri(table))
+    return run.collect_staged(table, mode=mode)

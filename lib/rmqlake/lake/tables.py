@@ -1,0 +1,128 @@
+"""Table definitions: name, schema and partition columns of every lake table (CONTRACT §3).
+
+Schemas are Spark DDL so they read like the contract; ``arrow_schema``
+derives the Arrow/Delta schema used when a table is created. Columns
+beyond the contract are marked ``extra``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import pyarrow as pa
+
+MESSAGE_COLUMNS = """
+    physical_offset bigint, total_size int, magic int, body_crc int, queue_id int, flag int,
+    queue_offset bigint, sys_flag int, born_timestamp bigint, born_host string,
+    store_timestamp bigint, store_host string, reconsume_times int,
+    prepared_transaction_offset bigint, body binary, topic string,
+    properties map<string,string>, keys array<string>, tags string, uniq_key string,
+    msg_id string, batch_id string, source_file string, source_line bigint,
+    properties_bytes binary
+"""
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A lake table: its folder name, columns (Spark DDL) and partition columns."""
+
+    name: str
+    ddl: str
+    partition_by: tuple[str, ...] = ()
+    description: str = ""
+
+    @cached_property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """(column, Spark type) pairs in table order."""
+        return tuple(tuple(column.split(" ", 1)) for column in _split_top_level(" ".join(self.ddl.split())))
+
+    @cached_property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(name, _arrow_type(spark_type)) for name, spark_type in self.fields])
+
+    @property
+    def spark_schema(self) -> str:
+        """The schema as Spark DDL (``name type, ...``)."""
+        return ", ".join(f"{name} {spark_type}" for name, spark_type in self.fields)
+
+    @property
+    def columns(self) -> list[str]:
+        return [name for name, _ in self.fields]
+
+
+_SPARK_TO_ARROW = {
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "smallint": pa.int16(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "boolean": pa.bool_(),
+    "double": pa.float64(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+
+def _split_top_level(text: str, separator: str = ",") -> list[str]:
+    parts, depth, current = [], 0, []
+    for char in text:
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        if char == separator and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    if "".join(current).strip():
+        parts.append("".join(current).strip())
+    return parts
+
+
+def _arrow_type(spark_type: str) -> pa.DataType:
+    spark_type = spark_type.strip()
+    if spark_type.startswith("array<"):
+        return pa.list_(pa.field("element", _arrow_type(spark_type[6:-1])))
+    if spark_type.startswith("map<"):
+        key, value = _split_top_level(spark_type[4:-1])
+        return pa.map_(_arrow_type(key), _arrow_type(value))
+    return _SPARK_TO_ARROW[spark_type]
+
+
+COMMITLOG = TableSpec(
+    "commitlog",
+    "segment string, " + MESSAGE_COLUMNS,
+    ("segment",),
+    "one row per stored message; properties_bytes (extra) are the stored properties bytes",
+)
+SEGMENTS = TableSpec(
+    "segments",
+    """segment string, start_offset bigint, end_offset bigint, size_bytes bigint, message_count bigint,
+    padding_bytes bigint, first_store_timestamp bigint, last_store_timestamp bigint, status string,
+    deleted_at timestamp, deleted_reason string""",
+    (),
+    "one row per commitlog segment ever opened",
+)
+REJECTED = TableSpec(
+    "rejected",
+    "batch_id string, source_file string, source_line bigint, raw string, reason string, rejected_at timestamp",
+    (),
+    "input lines that could not become messages",
+)
+INGEST_FILES = TableSpec(
+    "ingest_files",
+    """path string, size_bytes bigint, sha256 string, batch_id string, lines bigint, messages bigint,
+    rejected bigint, ingested_at timestamp""",
+    (),
+    "extra: every input file ingested, so a re-run of the same files changes nothing",
+)
+
+TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (COMMITLOG, SEGMENTS, REJECTED, INGEST_FILES)}
+
+
+def table_spec(name: str) -> TableSpec:
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise KeyError(f"unknown table {name!r}; tables: {', '.join(sorted(TABLES))}") from None

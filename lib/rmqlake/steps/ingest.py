@@ -1,0 +1,374 @@
+"""The ingest job: producer log files → ``commitlog``, ``segments``, ``rejected``, ``ingest_files``."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from rmqlake.config import Settings
+from rmqlake.errors import UsageError
+from rmqlake.inputs import (
+    Fingerprint,
+    InputFile,
+    count_split_lines,
+    fingerprint,
+    plan_splits,
+    read_split_batches,
+    resolve_inputs,
+)
+from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake.spark_io import stage_dataframe
+from rmqlake.producer_log import ParseOptions
+from rmqlake.transforms import ingest as T
+from rmqlake.transforms.segments import update_segments
+
+log = logging.getLogger(__name__)
+LINES_DDL = "source_file string, source_line bigint, file_hash32 bigint, raw binary"
+
+
+def parse_options(settings: Settings) -> ParseOptions:
+    """The values line validation depends on, from the configuration."""
+    return ParseOptions(
+        queue_counts={name: topic.queues for name, topic in settings.topics.items()},
+        default_queue_count=settings.broker.default_topic_queue_nums
+        if settings.broker.auto_create_topic_enable
+        else None,
+        compaction_topics=frozenset(settings.compaction_topics()),
+        max_message_size=settings.store.max_message_size,
+        segment_size=settings.store.commitlog_segment_size,
+        cluster_name=settings.broker.cluster_name,
+        default_store_host=settings.hosts.store_host,
+        default_born_host=settings.hosts.born_host,
+        timezone=settings.broker.timezone,
+    )
+
+
+def open_lake(settings: Settings) -> Lake:
+    return Lake(
+        settings.lake.root,
+        storage_options=settings.lake.storage_options,
+        engine=settings.lake.engine,
+        staging_grace_hours=settings.lake.staging_grace_hours,
+    )
+
+
+def ingest(
+    spark, settings: Settings, *, input_path: str, batch_id: str | None = None, now: datetime | None = None
+) -> dict:
+    """Ingest the producer logs at ``input_path`` (file, folder or glob).
+
+    Files already ingested (same path, size and content hash) are skipped,
+    so re-running a batch changes nothing.
+
+    Returns:
+        Metrics: ``rows_in`` (lines), ``rows_out`` (messages), ``rejected``,
+        ``files``, ``files_skipped``, ``commitlog_bytes``, ``segments_opened``,
+        ``start_offset``/``end_offset``, ``table_versions``, ``seconds``, ...
+    """
+    started = time.monotonic()
+    now = now or datetime.now(UTC)
+    files = resolve_inputs(input_path)
+    total = sum(f.size for f in files)
+    log.info("found %d input files (%.1f MB) at %s", len(files), total / 1e6, input_path)
+    prints = _fingerprints(spark, files)
+    lake = open_lake(settings)
+
+    def work(run: LakeRun) -> dict:
+        return _ingest_batch(spark, settings, lake, run, prints, batch_id=batch_id, now=now, started=started)
+
+    return run_with_retries(lake, "ingest", work, retries=settings.lake.commit_retries, batch_id=batch_id)
+
+
+def _fingerprints(spark, files: list[InputFile]) -> list[Fingerprint]:
+    if len(files) == 1 or sum(f.size for f in files) < 64 * 1024 * 1024:
+        return [fingerprint(f) for f in files]
+    # hash in parallel; one small result per file
+    rdd = spark.sparkContext.parallelize(files, min(len(files), 64))
+    return sorted(rdd.map(fingerprint).collect(), key=lambda f: f.path)
+
+
+def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *, batch_id, now, started) -> dict:
+    seen = lake.read_arrow("ingest_files", columns=["path", "size_bytes", "sha256", "batch_id"]).to_pylist()
+    known = {(r["path"], r["size_bytes"], r["sha256"]): r["batch_id"] for r in seen}
+    new = [f for f in prints if (f.path, f.size, f.sha256) not in known]
+    skipped = len(prints) - len(new)
+    known_paths = {r["path"]: r for r in seen}
+    for f in new:
+        if f.path in known_paths:
+            log.warning(
+                "%s was ingested before with other content (batch %s); its lines are ingested again as a new file",
+                f.path,
+                known_paths[f.path]["batch_id"],
+            )
+    if not new:
+        batches = sorted({known[(f.path, f.size, f.sha256)] for f in prints})
+        log.info("nothing to do: all %d input files were already ingested (batch %s)", len(prints), ", ".join(batches))
+        return {
+            "status": "already_ingested",
+            "batch_id": batches[0] if len(batches) == 1 else ",".join(batches),
+            "rows_in": 0,
+            "rows_out": 0,
+            "rejected": 0,
+            "files": 0,
+            "files_skipped": skipped,
+            "table_versions": {},
+            "seconds": round(time.monotonic() - started, 3),
+        }
+    batch_id = (
+        batch_id
+        or "b-" + hashlib.sha256("\n".join(f"{f.path}\t{f.size}\t{f.sha256}" for f in new).encode()).hexdigest()[:16]
+    )
+    if batch_id in set(known.values()):
+        raise UsageError(f"--batch-id {batch_id} was already used for other input files; choose a new batch id")
+    run.batch_id = batch_id
+    options = parse_options(settings)
+    store = settings.store
+    state = run.state.setdefault("commitlog", {})
+    start_offset = int(state.get("next_offset", 0))
+    heads = {(t, int(q)): n for t, queues in state.get("queue_heads", {}).items() for q, n in queues.items()}
+    rr_counters = dict(state.get("rr_counters", {}))
+
+    # 1. read and parse
+    lines = _read_lines(spark, new, split_bytes=settings.ingest.split_bytes)
+    parsed = T.parse_messages(lines, options=options).persist()
+    per_file = {
+        r["source_file"]: r
+        for r in (
+            parsed.groupBy("source_file")
+            .agg({"*": "count", "reject_reason": "count"})
+            .withColumnRenamed("count(1)", "lines")
+            .withColumnRenamed("count(reject_reason)", "rejected")
+            .collect()
+        )
+    }
+    rows_in = sum(r["lines"] for r in per_file.values())
+    rejected_count = sum(r["rejected"] for r in per_file.values())
+    log.info(
+        "parsed %d lines of %d files: %d messages, %d rejected (%.1fs)",
+        rows_in,
+        len(new),
+        rows_in - rejected_count,
+        rejected_count,
+        time.monotonic() - started,
+    )
+    if rejected_count:
+        _log_rejects(parsed, limit=settings.ingest.log_rejects)
+        stage_dataframe(run, T.rejected_lines(parsed, batch_id=batch_id, rejected_at=now), "rejected")
+
+    # 2-5. order, plan, place
+    messages = rows_in - rejected_count
+    partitions = settings.ingest.sort_partitions or max(
+        settings.spark.shuffle_partitions, math.ceil(sum(f.size for f in new) / (128 * 1024 * 1024))
+    )
+    ordered = T.order_for_append(T.valid_messages(parsed), partitions=partitions).persist()
+    queue_counts, default_count = options.queue_counts, options.default_queue_count
+    stats = T.partition_stats(ordered, queue_counts=queue_counts, default_queue_count=default_count).collect()
+    parsed.unpersist()
+    sizes = ordered.select("total_size").rdd
+
+    def replay(partition: int, start: int) -> int:
+        segment_size = store.commitlog_segment_size
+        return spark.sparkContext.runJob(
+            sizes,
+            lambda rows: [T.replay_end_offset((r[0] for r in rows), start_offset=start, segment_size=segment_size)],
+            partitions=[partition],
+        )[0]
+
+    plan = T.plan_append(
+        stats,
+        partitions=ordered.rdd.getNumPartitions(),
+        start_offset=start_offset,
+        queue_heads=heads,
+        rr_counters=rr_counters,
+        queue_counts=queue_counts,
+        default_queue_count=default_count,
+        segment_size=store.commitlog_segment_size,
+        replay=replay,
+    )
+    if plan.messages != messages:
+        raise AssertionError(f"placement plan counts {plan.messages} messages, parsing found {messages}")
+    segment_rows = lake.read_arrow("segments").to_pylist()
+    commitlog_files = []
+    batch_segments: list[dict] = []
+    if messages:
+        placed = T.place_messages(
+            ordered,
+            plan=plan,
+            queue_counts=queue_counts,
+            default_queue_count=default_count,
+            segment_size=store.commitlog_segment_size,
+        )
+        from pyspark.sql import functions as F
+
+        commitlog_files = stage_dataframe(run, placed.withColumn("batch_id", F.lit(batch_id)), "commitlog")
+        batch_segments = _segment_aggregates(spark, run)
+        log.info(
+            "placed %d messages at physical offsets %d..%d in %d segments (%d partitions, %d replayed)",
+            messages,
+            start_offset,
+            plan.end_offset,
+            len(batch_segments),
+            partitions,
+            plan.partitions_replayed,
+        )
+    ordered.unpersist()
+    new_segments = update_segments(
+        segment_rows, batch_segments, segment_size=store.commitlog_segment_size, end_offset=plan.end_offset
+    )
+    if batch_segments or not lake.exists("segments"):
+        run.stage_arrow("segments", pa.Table.from_pylist(new_segments, schema=_segments_schema()), mode="overwrite")
+    run.stage_arrow("ingest_files", _ingest_file_rows(new, per_file, batch_id, now), mode="append")
+
+    state["next_offset"] = plan.end_offset
+    queue_heads: dict[str, dict[str, int]] = {}
+    for (topic, queue), head in sorted(plan.queue_heads.items()):
+        queue_heads.setdefault(topic, {})[str(queue)] = head
+    state["queue_heads"] = queue_heads
+    state["rr_counters"] = plan.rr_counters
+    metrics = {
+        "status": "ingested",
+        "batch_id": batch_id,
+        "rows_in": rows_in,
+        "rows_out": messages,
+        "rejected": rejected_count,
+        "files": len(new),
+        "files_skipped": skipped,
+        "input_bytes": sum(f.size for f in new),
+        "start_offset": start_offset,
+        "end_offset": plan.end_offset,
+        "commitlog_bytes": plan.end_offset - start_offset,
+        "message_bytes": plan.message_bytes,
+        "segments_written": len(batch_segments),
+        "segments_opened": sum(1 for s in batch_segments if s["segment"] not in {r["segment"] for r in segment_rows}),
+        "files_added": len(commitlog_files),
+    }
+    if metrics["rows_in"] != metrics["rows_out"] + metrics["rejected"]:
+        raise AssertionError(
+            f"counts do not add up: {rows_in} lines != {messages} messages + {rejected_count} rejected"
+        )
+    run.state.setdefault("runs", {})["ingest"] = {
+        "seq": run.seq,
+        "run_id": run.run_id,
+        "at": now.isoformat(),
+        **metrics,
+    }
+    versions = run.commit()
+    seconds = time.monotonic() - started
+    metrics.update(
+        table_versions=versions,
+        seq=run.seq,
+        run_id=run.run_id,
+        seconds=round(seconds, 3),
+        rows_per_second=round(messages / seconds, 1) if seconds else None,
+        mb_per_second=round(plan.message_bytes / 1e6 / seconds, 2) if seconds else None,
+    )
+    log.info(
+        "committed batch %s as seq %d: %d messages, %d rejected, %.1f MB in %.1fs (%.0f msg/s)",
+        batch_id,
+        run.seq,
+        messages,
+        rejected_count,
+        plan.message_bytes / 1e6,
+        seconds,
+        messages / seconds if seconds else 0,
+    )
+    return metrics
+
+
+def _read_lines(spark, files: list[Fingerprint], *, split_bytes: int):
+    """The input lines as a DataFrame, one task per split, exact line numbers."""
+    splits = plan_splits(files, split_bytes=split_bytes)
+    first_line = {}
+    multi = [s for s in splits if sum(1 for o in splits if o.path == s.path) > 1]
+    counts = {}
+    if multi:  # first pass only for files read in several splits
+        counted = spark.sparkContext.parallelize(multi, len(multi)).map(lambda s: (s, count_split_lines(s))).collect()
+        counts = dict(counted)
+    running: dict[str, int] = {}
+    for split in splits:
+        first_line[split] = running.get(split.path, 1)
+        running[split.path] = first_line[split] + counts.get(split, 0)
+    hashes = {f.path: f.hash32 for f in files}
+    descriptors = [
+        (i, s.path, s.start, s.end, s.compressed, s.sha256, first_line[s], hashes[s.path]) for i, s in enumerate(splits)
+    ]
+    log.info("reading %d files in %d splits", len(files), len(splits))
+    frame = spark.createDataFrame(
+        descriptors,
+        "split int, path string, start bigint, end bigint, compressed boolean, sha256 string, "
+        "first_line bigint, hash32 bigint",
+    ).repartition(len(descriptors), "split")
+
+    def read(batches):
+        from rmqlake.inputs import Split
+
+        for batch in batches:
+            for row in batch.to_pylist():
+                split = Split(row["path"], row["start"], row["end"], row["compressed"], row["sha256"])
+                yield from read_split_batches(split, first_line=row["first_line"], hash32=row["hash32"])
+
+    return frame.mapInArrow(read, LINES_DDL)
+
+
+def _log_rejects(parsed, *, limit: int) -> None:
+    if limit <= 0:
+        return
+    for row in (
+        parsed.filter("reject_reason IS NOT NULL")
+        .select("source_file", "source_line", "reject_reason")
+        .limit(limit)
+        .collect()
+    ):
+        log.warning("rejected %s:%d: %s", row["source_file"], row["source_line"], row["reject_reason"])
+
+
+def _segment_aggregates(spark, run: LakeRun) -> list[dict]:
+    """Per segment written by this run: count, end of data, first and last store time (by offset)."""
+    from pyspark.sql import functions as F
+
+    staged = spark.read.parquet(run.staging_uri("commitlog"))
+    rows = (
+        staged.groupBy("segment")
+        .agg(
+            F.count(F.lit(1)).alias("message_count"),
+            F.max(F.col("physical_offset") + F.col("total_size")).alias("data_end"),
+            F.min_by("store_timestamp", "physical_offset").alias("first_store_timestamp"),
+            F.max_by("store_timestamp", "physical_offset").alias("last_store_timestamp"),
+        )
+        .collect()
+    )
+    return [r.asDict() for r in rows]
+
+
+def _segments_schema() -> pa.Schema:
+    from rmqlake.lake.tables import SEGMENTS
+
+    return SEGMENTS.arrow_schema
+
+
+def _ingest_file_rows(files: list[Fingerprint], per_file: dict, batch_id: str, now: datetime) -> pa.Table:
+    from rmqlake.lake.tables import INGEST_FILES
+
+    rows = []
+    for f in files:
+        counts = per_file.get(f.path)
+        lines = counts["lines"] if counts else 0
+        rejected = counts["rejected"] if counts else 0
+        rows.append(
+            {
+                "path": f.path,
+                "size_bytes": f.size,
+                "sha256": f.sha256,
+                "batch_id": batch_id,
+                "lines": lines,
+                "messages": lines - rejected,
+                "rejected": rejected,
+                "ingested_at": now,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=INGEST_FILES.arrow_schema)

@@ -1,0 +1,62 @@
+"""The ``segments`` table after a batch: one row per commitlog segment ever opened (driver side, small)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from rmqlake.formats.segment import segment_start
+
+ACTIVE, SEALED, DELETED = "active", "sealed", "deleted"
+
+
+def update_segments(
+    existing: Iterable[Mapping], batch: Iterable[Mapping], *, segment_size: int, end_offset: int
+) -> list[dict]:
+    """Merge a batch's per-segment aggregates into the segment rows.
+
+    Args:
+        existing: current ``segments`` rows.
+        batch: one mapping per segment the batch wrote to: ``segment``,
+            ``message_count``, ``data_end`` (end of its last record),
+            ``first_store_timestamp``, ``last_store_timestamp`` (of its
+            first and last record by offset).
+        end_offset: commitlog write position after the batch.
+
+    Returns:
+        All rows, ordered by start offset. The segment holding ``end_offset``
+        is active; every other segment that was active or written by the
+        batch is sealed: its end is the segment end and its padding the bytes
+        after its last record (8-byte blank + zeros).
+    """
+    rows = {row["segment"]: dict(row) for row in existing}
+    data_end: dict[str, int] = {}
+    for aggregate in batch:
+        name = aggregate["segment"]
+        row = rows.get(name)
+        if row is None:
+            row = rows[name] = {
+                "segment": name,
+                "start_offset": int(name),
+                "message_count": 0,
+                "first_store_timestamp": aggregate["first_store_timestamp"],
+                "status": ACTIVE,
+                "deleted_at": None,
+                "deleted_reason": None,
+            }
+        elif row["status"] != ACTIVE:
+            raise ValueError(f"batch wrote to segment {name}, which is {row['status']}")
+        row["message_count"] += aggregate["message_count"]
+        row["last_store_timestamp"] = aggregate["last_store_timestamp"]
+        data_end[name] = aggregate["data_end"]
+    active_start = segment_start(end_offset, segment_size)
+    for name, row in rows.items():
+        if row["status"] != ACTIVE:
+            continue
+        end_of_data = data_end.get(name, row.get("end_offset", row["start_offset"]))
+        if row["start_offset"] == active_start:
+            row.update(end_offset=end_offset, padding_bytes=0)
+        else:
+            row.update(status=SEALED, end_offset=row["start_offset"] + segment_size)
+            row["padding_bytes"] = row["end_offset"] - end_of_data
+        row["size_bytes"] = row["end_offset"] - row["start_offset"]
+    return sorted(rows.values(), key=lambda r: r["start_offset"])

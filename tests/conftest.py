@@ -1,0 +1,37 @@
+"""Shared fixtures: one SparkSession for the whole run, the JDK oracle, settings for a temp lake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rmqlake.config import load_settings
+from tests.java_oracle import JavaOracle
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from rmqlake.config import SparkSettings
+    from rmqlake.logs import configure_logging
+    from rmqlake.session import get_spark
+
+    configure_logging("INFO")
+    session = get_spark(SparkSettings(master="local[2]", shuffle_partitions=2), conf_dir=CONF, app_name="rmqlake-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def java_oracle(tmp_path_factory):
+    oracle = JavaOracle(tmp_path_factory.mktemp("java"))
+    yield oracle
+    oracle.close()
+
+
+def make_settings(lake: Path, *overrides: str, env: str | None = "test"):
+    """Settings for a lake under a test's tmp_path (test overlay + ``--set`` style overrides)."""
+    return load_settings(CONF, env=env, overrides=list(overrides), lake=str(lake))

@@ -1,0 +1,306 @@
+"""An independent, sequential model of a broker appending producer log lines.
+
+Written from the spec and CONTRACT §2 without calling rmqlake's code, so
+that tests can compare rmqlake's parallel ingest with a plain loop: every
+message validated, ordered, given its queue, queue offset and physical
+offset (8-byte blank rule at segment ends), and encoded to bytes whose
+length must equal ``total_size``. Property order comes from the real JDK
+(``java_oracle``), so the stored property bytes are checked too.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import ipaddress
+import json
+import math
+import re
+import struct
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+MAGIC_V1 = 0xDAA320A7 - (1 << 32)
+MAGIC_V2 = 0xDAA320AB - (1 << 32)
+TX = {"NOT_TYPE": 0, "PREPARED": 4, "COMMIT": 8, "ROLLBACK": 12}
+
+
+def jhash(text: str) -> int:
+    h = 0
+    units = text.encode("utf-16-le", "surrogatepass")
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i : i + 2], "little")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def host_bytes(text: str) -> tuple[bytes, int, str]:
+    """(address bytes, port, canonical text)."""
+    if text.startswith("["):
+        addr, port = text[1:].split("]:")
+    else:
+        addr, port = text.rsplit(":", 1)
+    ip = ipaddress.ip_address(addr)
+    if ip.version == 6 and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    canonical = f"[{ip.compressed}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+    return ip.packed, int(port), canonical
+
+
+@dataclass
+class RefConfig:
+    segment_size: int
+    queue_counts: dict[str, int]
+    default_queues: int = 4
+    compaction_topics: frozenset = frozenset()
+    max_message_size: int = 4194304
+    cluster: str = "DefaultCluster"
+    store_host: str = "127.0.0.1:10911"
+    born_host: str = "127.0.0.1:49152"
+    timezone: str = "UTC"
+
+
+@dataclass
+class RefBroker:
+    config: RefConfig
+    oracle: object  # tests.java_oracle.JavaOracle
+    next_offset: int = 0
+    queue_heads: dict = field(default_factory=dict)
+    rr: dict = field(default_factory=dict)
+    messages: list = field(default_factory=list)
+    rejected: list = field(default_factory=list)
+    blanks: list = field(default_factory=list)  # (position, length)
+
+    # -- validation, independent of rmqlake.producer_log ------------------------------------
+    def _validate(self, raw: bytes, path: str, line: int, file_sha: str) -> dict | None:
+        cfg = self.config
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        if not isinstance(doc, dict):
+            return None
+
+        def is_int(v):
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        topic, body_text, born = doc.get("topic"), doc.get("body"), doc.get("bornTimestamp")
+        if not isinstance(topic, str) or not isinstance(body_text, str) or not is_int(born) or born < 0:
+            return None
+        if not re.fullmatch(r"[%|a-zA-Z0-9_-]+", topic):
+            return None
+        if len(topic) > (255 if topic.startswith("%RETRY%") else 127):
+            return None
+        queues = cfg.queue_counts.get(topic, cfg.default_queues)
+        encoding = doc.get("bodyEncoding", "utf8")
+        if encoding == "base64":
+            try:
+                body = base64.b64decode(body_text, validate=True)
+            except ValueError:
+                return None
+        elif encoding == "utf8":
+            body = body_text.encode()
+        else:
+            return None
+        if len(body) > cfg.max_message_size:
+            return None
+        keys = doc.get("keys")
+        if isinstance(keys, list):
+            keys = " ".join(keys)
+        keys = keys or None
+        tags = doc.get("tags") or None
+        if topic in cfg.compaction_topics and not (keys and keys.strip(" ")):
+            return None
+        store_ts = doc.get("storeTimestamp", born)
+        tx = doc.get("transaction", "NOT_TYPE")
+        if tx not in TX or not is_int(store_ts):
+            return None
+        try:
+            born_addr, born_port, born_text = host_bytes(doc.get("bornHost") or cfg.born_host)
+            store_addr, store_port, store_text = host_bytes(doc.get("storeHost") or cfg.store_host)
+        except ValueError:
+            return None
+        queue_id = doc.get("queueId")
+        if queue_id is not None and not (is_int(queue_id) and 0 <= queue_id < queues):
+            return None
+        if queue_id is None and keys:
+            queue_id = abs(int(math.fmod(jhash(keys), queues)))  # SelectMessageQueueByHash
+        uniq = doc.get("uniqKey")
+        if not uniq:
+            hash32 = int(file_sha[:8], 16)
+            moment = datetime.fromtimestamp(born / 1000, ZoneInfo(cfg.timezone))
+            month = int(moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp() * 1000)
+            diff = (born - month) & 0xFFFFFFFF
+            uniq = (
+                (born_addr + struct.pack(">HIIH", (hash32 >> 16) & 0xFFFF, hash32, diff, line & 0xFFFF)).hex().upper()
+            )
+        pairs = [(k, v) for k, v in (doc.get("properties") or {}).items() if k and v]
+        pairs += [
+            (n, v) for n, v in (("KEYS", keys), ("TAGS", tags), ("UNIQ_KEY", uniq), ("CLUSTER", cfg.cluster)) if v
+        ]
+        props = self.oracle.broker_properties(pairs)
+        if len(props) > 32767:
+            return None
+        sys_flag = TX[tx] | (0x10 if len(born_addr) == 16 else 0) | (0x20 if len(store_addr) == 16 else 0)
+        magic = MAGIC_V2 if len(topic) > 127 else MAGIC_V1
+        msg = {
+            "topic": topic,
+            "queue_id": queue_id,
+            "flag": doc.get("flag", 0),
+            "sys_flag": sys_flag,
+            "magic": magic,
+            "born_timestamp": born,
+            "born_host": born_text,
+            "born_raw": born_addr + struct.pack(">i", born_port),
+            "store_timestamp": store_ts,
+            "store_host": store_text,
+            "store_raw": store_addr + struct.pack(">i", store_port),
+            "reconsume_times": doc.get("reconsumeTimes", 0),
+            "prepared_transaction_offset": doc.get("preparedTransactionOffset", 0),
+            "body": body,
+            "body_crc": zlib.crc32(body) & 0x7FFFFFFF,
+            "properties_bytes": props,
+            "keys": [t for t in (keys or "").split(" ") if t],
+            "tags": tags,
+            "uniq_key": uniq,
+            "source_file": path,
+            "source_line": line,
+        }
+        msg["bytes"] = encode(msg, queue_offset=0, physical_offset=0)
+        if len(msg["bytes"]) + 8 > cfg.segment_size or len(msg["bytes"]) > cfg.max_message_size + 65536:
+            return None
+        return msg
+
+    # -- the append loop -----------------------------------------------------------------------
+    def ingest_files(self, paths: list[str]) -> None:
+        """Read, validate, order and append one batch of files, as one ingest run."""
+        batch = []
+        for path in sorted(paths):
+            with open(path, "rb") as handle:
+                data = handle.read()
+            sha = hashlib.sha256(data).hexdigest()
+            text = gzip.decompress(data) if path.endswith(".gz") else data
+            lines = text.split(b"\n")
+            if lines and lines[-1] == b"":
+                lines.pop()
+            for number, raw in enumerate(lines, start=1):
+                raw = raw[:-1] if raw.endswith(b"\r") else raw
+                msg = self._validate(raw, path, number, sha)
+                if msg is None:
+                    self.rejected.append((path, number))
+                else:
+                    batch.append(msg)
+        batch.sort(key=lambda m: (m["store_timestamp"], m["source_file"], m["source_line"]))
+        for msg in batch:
+            self._append(msg)
+
+    def _append(self, msg: dict) -> None:
+        cfg = self.config
+        if msg["queue_id"] is None:
+            n = self.rr.get(msg["topic"], 0)
+            self.rr[msg["topic"]] = n + 1
+            msg["queue_id"] = n % cfg.queue_counts.get(msg["topic"], cfg.default_queues)
+        key = (msg["topic"], msg["queue_id"])
+        if msg["sys_flag"] & 0xC in (0, 8):
+            msg["queue_offset"] = self.queue_heads.get(key, 0)
+            self.queue_heads[key] = msg["queue_offset"] + 1
+        else:
+            msg["queue_offset"] = 0
+        size = len(msg["bytes"])
+        remaining = cfg.segment_size - self.next_offset % cfg.segment_size
+        if size + 8 > remaining:
+            self.blanks.append((self.next_offset, remaining))
+            self.next_offset += remaining
+        msg["physical_offset"] = self.next_offset
+        msg["segment"] = f"{self.next_offset - self.next_offset % cfg.segment_size:020d}"
+        msg["total_size"] = size
+        msg["bytes"] = encode(msg, queue_offset=msg["queue_offset"], physical_offset=self.next_offset)
+        msg["msg_id"] = (msg["store_raw"] + struct.pack(">q", self.next_offset)).hex().upper()
+        self.next_offset += size
+        self.messages.append(msg)
+
+    def commitlog_rows(self) -> list[dict]:
+        columns = [
+            "segment",
+            "physical_offset",
+            "total_size",
+            "magic",
+            "body_crc",
+            "queue_id",
+            "flag",
+            "queue_offset",
+            "sys_flag",
+            "born_timestamp",
+            "born_host",
+            "store_timestamp",
+            "store_host",
+            "reconsume_times",
+            "prepared_transaction_offset",
+            "body",
+            "topic",
+            "keys",
+            "tags",
+            "uniq_key",
+            "msg_id",
+            "source_file",
+            "source_line",
+            "properties_bytes",
+        ]
+        return [{c: m[c] for c in columns} for m in self.messages]
+
+    def segment_rows(self) -> list[dict]:
+        size = self.config.segment_size
+        by_segment: dict[str, list] = {}
+        for m in self.messages:
+            by_segment.setdefault(m["segment"], []).append(m)
+        active = f"{self.next_offset - self.next_offset % size:020d}"
+        rows = []
+        for name, msgs in sorted(by_segment.items()):
+            start = int(name)
+            data_end = msgs[-1]["physical_offset"] + msgs[-1]["total_size"]
+            end = self.next_offset if name == active else start + size
+            rows.append(
+                {
+                    "segment": name,
+                    "start_offset": start,
+                    "end_offset": end,
+                    "size_bytes": end - start,
+                    "message_count": len(msgs),
+                    "padding_bytes": end - data_end,
+                    "first_store_timestamp": msgs[0]["store_timestamp"],
+                    "last_store_timestamp": msgs[-1]["store_timestamp"],
+                    "status": "active" if name == active else "sealed",
+                }
+            )
+        return rows
+
+
+def encode(m: dict, *, queue_offset: int, physical_offset: int) -> bytes:
+    """The record bytes, field by field (spec 1.2)."""
+    topic = m["topic"].encode()
+    head = struct.pack(
+        ">iiiiqqiq",
+        m["magic"],
+        m["body_crc"],
+        m["queue_id"] or 0,
+        m["flag"],
+        queue_offset,
+        physical_offset,
+        m["sys_flag"],
+        m["born_timestamp"],
+    )
+    rest = (
+        m["born_raw"]
+        + struct.pack(">q", m["store_timestamp"])
+        + m["store_raw"]
+        + struct.pack(">iqi", m["reconsume_times"], m["prepared_transaction_offset"], len(m["body"]))
+        + m["body"]
+        + (struct.pack(">b", len(topic)) if m["magic"] == MAGIC_V1 else struct.pack(">h", len(topic)))
+        + topic
+        + struct.pack(">h", len(m["properties_bytes"]))
+        + m["properties_bytes"]
+    )
+    total = 4 + len(head) + len(rest)
+    return struct.pack(">i", total) + head + rest
