@@ -82,12 +82,12 @@ class DeltaRsEngine:
         dt = self.open(table, version=version)
         if dt is None:
             return []
-        actions = dt.get_add_actions(flatten=False).to_pylist()
+        actions = pa.table(dt.get_add_actions(flatten=False)).to_pylist()
         return [
             DataFile(
                 path=a["path"],
                 size=a["size_bytes"],
-                partition_values=dict(a.get("partition_values") or {}),
+                partition_values=dict(a.get("partition") or {}),
                 modification_time=a.get("modification_time") or 0,
                 num_records=a.get("num_records") or 0,
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import io
 import logging
+import os
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -117,7 +118,7 @@ class Lake:
         """Start a run: finish any run that was decided but not fully applied, then read the state."""
         self.roll_forward()
         self._sweep_staging()
-        base = self.ledger()
+        base = read_ledger(self.root, storage_options=self.storage_options, create=True)
         run_id = run_id or f"{job}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
         return LakeRun(self, job=job, run_id=run_id, base=base, batch_id=batch_id)
 
@@ -183,6 +184,7 @@ class Lake:
                     raise
                 continue
             applied.append(op.table)
+            _crash_point(f"after-commit:{op.table}")
         for raw in entry.manifest:
             self.storage.delete_dir(f"{raw['table']}/{STAGING_DIR}/{entry.run_id}")
         return applied
@@ -304,6 +306,7 @@ class LakeRun:
         manifest = [op.to_json() for op in self.ops.values()]
         for name in self.ops:
             self.lake.engine.ensure_table(table_spec(name))
+        _crash_point("before-ledger-commit")
         try:
             commit_ledger(
                 self.lake.root,
@@ -334,12 +337,23 @@ class LakeRun:
 
 
 def _crash_point(name: str) -> None:
-    """Test hook: ``RMQLAKE_CRASH_AT=<name>`` kills the process here, as ``kill -9`` would."""
-    import os
+    """Test hooks at the points where a crash matters.
 
-    if os.environ.get("RMQLAKE_CRASH_AT") == name:
+    ``RMQLAKE_CRASH_AT=<name>`` kills the process here, as ``kill -9`` would;
+    ``RMQLAKE_HOLD_AT=<name>:<path>`` waits (up to 5 minutes) until ``path``
+    exists, so a test can line two runs up at the same point.
+    """
+    crash = os.environ.get("RMQLAKE_CRASH_AT")
+    if crash == name:
         log.error("RMQLAKE_CRASH_AT=%s: exiting abruptly (test hook)", name)
         os._exit(137)
+    hold = os.environ.get("RMQLAKE_HOLD_AT", "")
+    if hold.startswith(name + ":"):
+        flag = hold[len(name) + 1 :]
+        log.warning("RMQLAKE_HOLD_AT: waiting at %s for %s (test hook)", name, flag)
+        deadline = time.time() + 300
+        while not os.path.exists(flag) and time.time() < deadline:
+            time.sleep(0.1)
 
 
 def run_with_retries(lake: Lake, job: str, work: Callable[[LakeRun], dict], *, retries: int, batch_id=None) -> dict:

@@ -29,7 +29,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from rmqlake.errors import CommitConflictError
+from rmqlake.errors import CommitConflictError, LakeStateError
 
 LEDGER_TABLE = "_rmqlake_ledger"
 LEDGER_APP_ID = "rmqlake.ledger"
@@ -61,12 +61,25 @@ class LedgerEntry:
     handle: DeltaTable | None = None
 
 
-def read_ledger(root: str, *, storage_options: dict[str, str] | None = None) -> LedgerEntry:
-    """The latest ledger entry (a fresh lake gives seq 0 and an empty state)."""
+def read_ledger(root: str, *, storage_options: dict[str, str] | None = None, create: bool = False) -> LedgerEntry:
+    """The latest ledger entry (a fresh lake gives seq 0 and an empty state).
+
+    With ``create``, a missing ledger is created empty first, so that the
+    entry carries a snapshot to commit against: a commit must be based on
+    the version that was read, or a concurrent run could go unnoticed.
+    """
+    uri = f"{root}/{LEDGER_TABLE}"
     try:
-        dt = DeltaTable(f"{root}/{LEDGER_TABLE}", storage_options=storage_options or None)
+        dt = DeltaTable(uri, storage_options=storage_options or None)
     except TableNotFoundError:
-        return LedgerEntry()
+        if not create:
+            return LedgerEntry()
+        try:
+            DeltaTable.create(uri, LEDGER_SCHEMA, mode="ignore", storage_options=storage_options or None)
+        except Exception:  # created concurrently by another run
+            if not DeltaTable.is_deltatable(uri, storage_options=storage_options or None):
+                raise
+        dt = DeltaTable(uri, storage_options=storage_options or None)
     rows = dt.to_pyarrow_table().to_pylist()
     if not rows:
         return LedgerEntry(version=dt.version(), handle=dt)
@@ -113,14 +126,15 @@ def commit_ledger(
         },
         schema=LEDGER_SCHEMA,
     )
-    target = base.handle if base.handle is not None else f"{root}/{LEDGER_TABLE}"
+    if base.handle is None or base.version is None:
+        raise ValueError("commit_ledger needs the ledger snapshot the run started from (read_ledger(create=True))")
     properties = CommitProperties(
         app_transactions=[Transaction(LEDGER_APP_ID, seq)],
         custom_metadata={"rmqlake.job": job, "rmqlake.run_id": run_id},
     )
     try:
         write_deltalake(
-            target,
+            base.handle,
             row,
             mode="overwrite",
             storage_options=storage_options or None,
@@ -131,11 +145,11 @@ def commit_ledger(
             f"another run committed to the lake while {job} run {run_id} was working (ledger seq {base.seq}); "
             f"its work was not committed: {exc}"
         ) from exc
-    except Exception as exc:  # e.g. two first runs both creating the ledger
-        if base.handle is None and "exists" in str(exc).lower():
-            raise CommitConflictError(f"another run created the lake ledger first: {exc}") from exc
-        raise
     entry = read_ledger(root, storage_options=storage_options)
-    if entry.seq != seq or entry.run_id != run_id:
-        raise CommitConflictError(f"ledger holds seq {entry.seq} of run {entry.run_id} after committing seq {seq}")
+    if entry.version != base.version + 1 or entry.run_id != run_id:
+        # Cannot happen while Delta's conflict check works; never continue on a stale state.
+        raise LakeStateError(
+            f"ledger version {entry.version} (run {entry.run_id}) follows {base.version} after run {run_id} "
+            "committed: another run committed in between without a conflict; inspect the lake before going on"
+        )
     return entry.version

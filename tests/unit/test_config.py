@@ -1,0 +1,85 @@
+"""Configuration: defaults are the broker's; errors name the key, value, what is allowed and the source."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from rmqlake.config import load_settings
+from rmqlake.errors import ConfigError
+from tests.conftest import CONF
+
+
+def test_defaults_are_the_brokers():
+    settings = load_settings(CONF)
+    assert settings.store.commitlog_segment_size == 1073741824
+    assert settings.store.max_message_size == 4194304
+    assert settings.store.cq_units_per_file == 300000
+    assert settings.store.index_slots == 5000000
+    assert settings.store.index_max_entries == 20000000
+    assert settings.store.message_index_enable is True
+    assert settings.retention.file_reserved_hours == 72
+    assert settings.retention.delete_when == "04"
+    assert (settings.retention.disk_max_used_ratio, settings.retention.disk_clean_forcibly_ratio) == (0.75, 0.85)
+    assert settings.retention.disk_warning_ratio == 0.90
+    assert settings.retention.max_segments_per_run == 10
+    assert settings.retention.disk_other_used_bytes == 0
+    assert settings.broker.timezone == "UTC" and settings.broker.cluster_name == "DefaultCluster"
+    assert settings.topics["UserProfile"].cleanup_policy == "COMPACTION"
+
+
+def test_overlay_then_overrides_win():
+    settings = load_settings(CONF, env="test", overrides=["store.commitlog_segment_size=4096", "topics.New.queues=2"])
+    assert settings.store.commitlog_segment_size == 4096
+    assert settings.store.cq_units_per_file == 1000  # from env/test.yaml
+    assert settings.topics["New"].queues == 2
+    assert settings.queue_count("Unknown") == 4
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("store.commitlog_segment_size=abc", r"store.commitlog_segment_size = 'abc': Input should be a valid integer"),
+        ("store.commitlog_segment_size=100", r"greater than or equal to 1024"),
+        (
+            "store.segment_sizee=1",
+            r"store.segment_sizee = 1: unknown key; allowed keys under store: commitlog_segment_size",
+        ),
+        ("retention.delete_when=25", r"must be hours of day 00-23"),
+        ("retention.disk_warning_ratio=1.5", r"less than or equal to 1"),
+        ("topics.UserProfile.cleanup_policy=KEEP", r"Input should be 'DELETE' or 'COMPACTION'"),
+        ("lake.engine=spark", r"lake.engine = 'spark': Input should be 'delta-rs'"),
+        ("broker.timezone=Mars/Base", r"must be an IANA time zone name"),
+        ("hosts.store_host=10.0.0.1", r"host must be 'ip:port'"),
+        ("nonsense", r"--set expects key.path=value, got 'nonsense'"),
+    ],
+)
+def test_bad_values_name_the_key_and_what_is_allowed(override, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        load_settings(CONF, overrides=[override])
+    if "=" in override:
+        assert f"--set {override}" in str(info.value) or "--set expects" in str(info.value)
+
+
+def test_spark_packages_are_refused(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "env" / "bad.yaml").write_text(
+        "spark:\n  conf:\n    spark.jars.packages: io.delta:delta-spark_2.13:4.0.0\n"
+    )
+    with pytest.raises(ConfigError, match=r"spark\.jars\.packages would make Spark download jars"):
+        load_settings(conf, env="bad")
+
+
+def test_missing_env_lists_the_available_ones():
+    with pytest.raises(ConfigError, match=r"--env nope: no file .*available environments: local, test"):
+        load_settings(CONF, env="nope")
+
+
+def test_broken_yaml_names_the_file(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "topics.yaml").write_text("topics: [unclosed\n")
+    with pytest.raises(ConfigError, match=f"configuration file {conf / 'topics.yaml'} is not valid YAML"):
+        load_settings(conf)

@@ -1,0 +1,104 @@
+"""Line validation: every class of bad input CONTRACT §2 lists gets a reason naming what is wrong."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rmqlake.producer_log import ParseOptions, Rejection, parse_line
+
+OPTIONS = ParseOptions(
+    queue_counts={"Orders": 8, "Profiles": 4},
+    default_queue_count=4,
+    compaction_topics=frozenset({"Profiles"}),
+    max_message_size=1024,
+    segment_size=65536,
+    cluster_name="DefaultCluster",
+    default_store_host="10.0.0.5:10911",
+    default_born_host="127.0.0.1:49152",
+    timezone="UTC",
+)
+GOOD = {"topic": "Orders", "body": "hello", "bornTimestamp": 1700000000000}
+
+
+def parse(doc, options=OPTIONS):
+    raw = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    return parse_line(raw, options=options, source_line=7, file_hash32=0x12345678)
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b'{"topic": "Orders", "body": "x"', "malformed JSON: Expecting ',' delimiter"),
+        (b"[1, 2]", "a line must be a JSON object, got list"),
+        (b"", "empty line"),
+        (b"   ", "empty line"),
+        (b'{"topic": "Orders", "body": "\xff"}', "line is not valid UTF-8 \\(byte 29\\)"),
+        ({"body": "x", "bornTimestamp": 1}, "missing required field 'topic'"),
+        ({"topic": "Orders", "bornTimestamp": 1}, "missing required field 'body'"),
+        ({"topic": "Orders", "body": "x"}, "missing required field 'bornTimestamp'"),
+        ({**GOOD, "bornTimestamp": "1700000000000"}, "field 'bornTimestamp' must be an integer, got str"),
+        ({**GOOD, "bornTimestamp": True}, "field 'bornTimestamp' must be an integer, got bool"),
+        ({**GOOD, "bornTimestamp": -1}, "field 'bornTimestamp' = -1 is outside 0.."),
+        ({**GOOD, "body": 5}, "field 'body' must be a string, got int"),
+        ({**GOOD, "flag": 2**31}, "field 'flag' = 2147483648 is outside -2147483648..2147483647"),
+        ({**GOOD, "topic": "Orders/EU"}, "topic 'Orders/EU' has characters outside"),
+        ({**GOOD, "topic": ""}, "topic is blank"),
+        ({**GOOD, "topic": "T" * 128}, "topic is 128 bytes long, the maximum is 127"),
+        ({**GOOD, "topic": "%RETRY%" + "g" * 249}, "retry topic is 256 bytes long, the maximum is 255"),
+        ({**GOOD, "body": "x" * 1025}, "body of 1025 bytes exceeds store.max_message_size 1024"),
+        ({**GOOD, "properties": {"p": "v" * 32767}}, "properties of 32\\d+ bytes exceed the maximum 32767"),
+        ({**GOOD, "properties": {"p": 1}}, "property 'p' must be a string, got int"),
+        ({**GOOD, "properties": ["p"]}, "field 'properties' must be an object of strings"),
+        ({**GOOD, "properties": {"p": "a\u0002b"}}, "property 'p' contains a property separator byte"),
+        ({**GOOD, "queueId": 8}, "queueId 8 is out of range for topic 'Orders' with 8 queues"),
+        ({**GOOD, "queueId": -1}, "queueId -1 is out of range"),
+        ({**GOOD, "topic": "Profiles"}, "topic 'Profiles' has cleanup.policy COMPACTION and the message has no keys"),
+        ({**GOOD, "topic": "Profiles", "keys": "   "}, "COMPACTION and the message has no keys"),
+        ({**GOOD, "body": "!!", "bodyEncoding": "base64"}, "field 'body' is not valid base64"),
+        ({**GOOD, "bodyEncoding": "latin1"}, "field 'bodyEncoding' must be 'utf8' or 'base64', got 'latin1'"),
+        ({**GOOD, "bornHost": "10.0.0.999:1"}, "host address is not an IPv4 or IPv6 address: '10.0.0.999:1'"),
+        ({**GOOD, "storeHost": "10.0.0.1"}, "host must be 'ip:port'"),
+        ({**GOOD, "transaction": "HALF"}, "field 'transaction' must be one of NOT_TYPE, PREPARED, COMMIT, ROLLBACK"),
+        ({**GOOD, "keys": ["a b"]}, "key 'a b' in the 'keys' list contains a space"),
+        ({**GOOD, "keys": 5}, "field 'keys' must be a string or a list of strings, got int"),
+        ({**GOOD, "body": "\ud800"}, "lone UTF-16 surrogate"),
+    ],
+)
+def test_bad_lines_are_rejected_with_a_reason(line, reason):
+    with pytest.raises(Rejection, match=reason):
+        parse(line)
+
+
+def test_unknown_topic_is_rejected_only_without_auto_create():
+    assert parse({**GOOD, "topic": "NewTopic"}).topic == "NewTopic"
+    strict = ParseOptions(**{**OPTIONS.__dict__, "default_queue_count": None})
+    with pytest.raises(
+        Rejection, match=r"'NewTopic' is not in topics\.yaml and broker\.auto_create_topic_enable is false"
+    ):
+        parse({**GOOD, "topic": "NewTopic"}, strict)
+
+
+def test_record_that_cannot_fit_a_segment_is_rejected():
+    small = ParseOptions(**{**OPTIONS.__dict__, "segment_size": 200})
+    with pytest.raises(Rejection, match=r"record of 2\d\d bytes cannot fit a commitlog segment of 200 bytes"):
+        parse({**GOOD, "body": "x" * 100}, small)
+
+
+def test_valid_line_gets_broker_fields():
+    message = parse({**GOOD, "keys": ["k1", "k2"], "tags": "TagA", "properties": {"empty": "", "a": "1"}})
+    assert message.keys == ["k1", "k2"]
+    assert message.properties["KEYS"] == "k1 k2"
+    assert message.properties["CLUSTER"] == "DefaultCluster"
+    assert "empty" not in message.properties  # the broker's parser drops empty values
+    assert message.queue_id is not None  # chosen by the KEYS hash
+    assert message.store_timestamp == message.born_timestamp
+    assert message.store_host == "10.0.0.5:10911" and message.store_host_prefix == "0A00000500002A9F"
+    assert message.total_size == len(message.body) + len(message.topic) + len(message.properties_bytes) + 91
+    assert len(message.uniq_key) == 32 and message.uniq_key.startswith("7F000001" + "1234" + "12345678")
+
+
+def test_keyless_message_without_queue_is_left_for_round_robin():
+    assert parse(GOOD).queue_id is None
+    assert parse({**GOOD, "queueId": 3}).queue_id == 3
