@@ -42,7 +42,8 @@ bench: $(STAMP) ## benchmarks: figures and ratios against baselines measured in 
 
 package: $(STAMP) ## dist/rmqlake.zip (for spark-submit --py-files) and a wheel
 	rm -rf dist && mkdir -p dist
-	cd lib && ../$(BIN)/python -c "import shutil; shutil.make_archive('../dist/rmqlake', 'zip', '.', 'rmqlake')"
+	$(BIN)/python -c "import pathlib, zipfile; z = zipfile.ZipFile('dist/rmqlake.zip', 'w', zipfile.ZIP_DEFLATED); \
+	  [z.write(p, p.relative_to('lib')) for p in sorted(pathlib.Path('lib/rmqlake').rglob('*.py'))]; z.close()"
 	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w dist .
 	@ls -l dist
 

@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=42, help="random seed: same seed, same files")
     generate.add_argument("--start", help="first hour (epoch ms or ISO-8601; default 2026-11-21T00:00Z)")
     generate.add_argument("--gzip", action="store_true", help="write .jsonl.gz files")
+    generate.add_argument("--body-size", type=int, help="bodies of about this many bytes (default: empty to 48 KiB)")
 
     ingest = commands.add_parser("ingest", parents=[common], help="raw logs -> commitlog, segments, rejected")
     add_ingest_arguments(ingest)
@@ -121,6 +122,7 @@ def cmd_generate(args, settings) -> int:
         bad_rate=args.bad_rate,
         seed=args.seed,
         gzip_files=args.gzip,
+        body_size=args.body_size,
         max_message_size=settings.store.max_message_size,
         **options,
     )

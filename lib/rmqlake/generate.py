@@ -55,7 +55,9 @@ def _zipf_index(rng: random.Random, size: int, skew: float = 1.2) -> int:
     return min(int(rng.paretovariate(skew)) - 1, size - 1)
 
 
-def _body_size(rng: random.Random) -> int:
+def _body_size(rng: random.Random, fixed: int | None = None) -> int:
+    if fixed is not None:
+        return int(fixed * rng.uniform(0.9, 1.1))
     if rng.random() < 0.01:
         return 0
     return min(int(rng.lognormvariate(math.log(300), 1.3)), 48 * 1024)
@@ -97,7 +99,7 @@ def _timestamps(rng: random.Random, count: int, *, start_ms: int, hours: int) ->
     return sorted(times)
 
 
-def _message(rng: random.Random, topic: TopicPlan, born: int, producer: str) -> dict:
+def _message(rng: random.Random, topic: TopicPlan, born: int, producer: str, body_size: int | None = None) -> dict:
     line: dict = {"topic": topic.name, "bornTimestamp": born, "bornHost": producer}
     delay = rng.randint(0, 40)
     if delay:
@@ -110,7 +112,7 @@ def _message(rng: random.Random, topic: TopicPlan, born: int, producer: str) -> 
     tag = rng.choices([t for t, _ in TAGS], [w for _, w in TAGS])[0]
     if tag:
         line["tags"] = tag
-    body, encoding = _body(rng, _body_size(rng))
+    body, encoding = _body(rng, _body_size(rng, body_size))
     if topic.compaction and rng.random() < 0.05:
         body, encoding = "", None  # tombstone
     line["body"] = body
@@ -185,6 +187,7 @@ def generate(
     max_message_size: int = 4194304,
     transactions: bool = True,
     retry_topic: bool = True,
+    body_size: int | None = None,
 ) -> dict:
     """Write producer logs under ``out/landing/dt=YYYY-MM-DD/hour=HH/``, one file per producer and hour.
 
@@ -193,6 +196,8 @@ def generate(
         topics: topics to write to; COMPACTION topics always get keys.
         bad_rate: extra bad lines as a fraction of ``messages``, cycling
             through every kind in ``BAD_KINDS``.
+        body_size: bodies of about this many bytes (±10 %) instead of the
+            default spread from empty to tens of KiB.
 
     Returns:
         A summary also written to ``out/MANIFEST.json``: lines, messages,
@@ -214,12 +219,12 @@ def generate(
         index += 1
         producer = rng.choice(PRODUCERS)
         if retry_topic and rng.random() < 0.002:
-            line = _message(rng, retry, born, producer)
+            line = _message(rng, retry, born, producer, body_size)
             line["reconsumeTimes"] = rng.randint(1, 3)
             records = [line]
         else:
             topic = rng.choices(topics, weights)[0]
-            line = _message(rng, topic, born, producer)
+            line = _message(rng, topic, born, producer, body_size)
             records = [line]
             if transactions and not topic.compaction and rng.random() < 0.02 and written + 2 <= messages:
                 line["transaction"] = "PREPARED"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 IPV4_FIELD_LENGTH = 8
 IPV6_FIELD_LENGTH = 20
@@ -35,12 +36,17 @@ class HostAddress:
         """The record field: address bytes + port as a big-endian int."""
         return self.address + struct.pack(">i", self.port)
 
-    def __str__(self) -> str:
+    @cached_property
+    def text(self) -> str:
         if self.is_ipv6:
             return f"[{ipaddress.IPv6Address(self.address).compressed}]:{self.port}"
         return f"{ipaddress.IPv4Address(self.address)}:{self.port}"
 
+    def __str__(self) -> str:
+        return self.text
 
+
+@lru_cache(maxsize=4096)
 def parse_host(text: str) -> HostAddress:
     """Parse ``ip:port``, ``[ipv6]:port`` or Java's ``ipv6:port`` form.
 

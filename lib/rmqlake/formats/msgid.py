@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from datetime import datetime
+from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from rmqlake.formats.hosts import HostAddress
@@ -54,8 +55,13 @@ def decode_offset_msg_id(msg_id: str) -> tuple[HostAddress, int]:
 
 def month_start_millis(timestamp_ms: int, zone: str) -> int:
     """Epoch ms of 00:00:00.000 on the first day of ``timestamp_ms``'s month in ``zone``."""
-    tz = ZoneInfo(zone)
-    moment = datetime.fromtimestamp(timestamp_ms / 1000.0, tz)
+    return _month_start_of_minute(timestamp_ms // 60_000, zone)
+
+
+@lru_cache(maxsize=4096)
+def _month_start_of_minute(minute: int, zone: str) -> int:
+    # Month starts fall on whole minutes in every current zone, so one answer per minute.
+    moment = datetime.fromtimestamp(minute * 60, ZoneInfo(zone))
     start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     return int(start.timestamp() * 1000)
 

@@ -9,6 +9,7 @@ for a message received from a producer that map is the broker's
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 
 from rmqlake.formats.javahash import java_string_hash
 
@@ -54,8 +55,12 @@ def hashmap_order(
     while len(merged) > capacity * _LOAD_FACTOR:
         capacity *= 2
     mask = capacity - 1
-    items = list(merged.items())
-    return sorted(items, key=lambda item: _spread(java_string_hash(item[0])) & mask)
+    return sorted(merged.items(), key=lambda item: _bucket(item[0], mask))
+
+
+@lru_cache(maxsize=65536)
+def _bucket(name: str, mask: int) -> int:
+    return _spread(java_string_hash(name)) & mask
 
 
 def serialize_properties(pairs: Iterable[tuple[str, str]]) -> bytes:

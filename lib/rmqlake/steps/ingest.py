@@ -9,12 +9,14 @@ import time
 from datetime import UTC, datetime
 
 import pyarrow as pa
+from pyspark.sql import functions as F
 
 from rmqlake.config import Settings
 from rmqlake.errors import UsageError
 from rmqlake.inputs import (
     Fingerprint,
     InputFile,
+    Split,
     count_split_lines,
     fingerprint,
     plan_splits,
@@ -24,11 +26,11 @@ from rmqlake.inputs import (
 from rmqlake.lake import Lake, LakeRun, run_with_retries
 from rmqlake.lake.spark_io import stage_dataframe
 from rmqlake.producer_log import ParseOptions
+from rmqlake.progress import Stages
 from rmqlake.transforms import ingest as T
 from rmqlake.transforms.segments import update_segments
 
 log = logging.getLogger(__name__)
-LINES_DDL = "source_file string, source_line bigint, file_hash32 bigint, raw binary"
 
 
 def parse_options(settings: Settings) -> ParseOptions:
@@ -133,89 +135,57 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     heads = {(t, int(q)): n for t, queues in state.get("queue_heads", {}).items() for q, n in queues.items()}
     rr_counters = dict(state.get("rr_counters", {}))
 
+    stages = Stages(log)
     # 1. read and parse
-    lines = _read_lines(spark, new, split_bytes=settings.ingest.split_bytes)
-    parsed = T.parse_messages(lines, options=options).persist()
-    per_file = {
-        r["source_file"]: r
-        for r in (
-            parsed.groupBy("source_file")
-            .agg({"*": "count", "reject_reason": "count"})
-            .withColumnRenamed("count(1)", "lines")
-            .withColumnRenamed("count(reject_reason)", "rejected")
-            .collect()
-        )
-    }
-    rows_in = sum(r["lines"] for r in per_file.values())
-    rejected_count = sum(r["rejected"] for r in per_file.values())
-    log.info(
-        "parsed %d lines of %d files: %d messages, %d rejected (%.1fs)",
-        rows_in,
-        len(new),
-        rows_in - rejected_count,
-        rejected_count,
-        time.monotonic() - started,
-    )
+    with stages("read and parse") as note:
+        parsed = _read_and_parse(spark, new, split_bytes=settings.ingest.split_bytes, options=options).persist()
+        per_file = _per_file_counts(parsed)
+        rows_in = sum(r["lines"] for r in per_file.values())
+        rejected_count = sum(r["rejected"] for r in per_file.values())
+        note.update(rows=rows_in, messages=rows_in - rejected_count, rejected=rejected_count, files=len(new))
     if rejected_count:
-        _log_rejects(parsed, limit=settings.ingest.log_rejects)
-        stage_dataframe(run, T.rejected_lines(parsed, batch_id=batch_id, rejected_at=now), "rejected")
+        with stages("stage rejected"):
+            _log_rejects(parsed, limit=settings.ingest.log_rejects)
+            stage_dataframe(run, T.rejected_lines(parsed, batch_id=batch_id, rejected_at=now), "rejected")
 
-    # 2-5. order, plan, place
+    # 2-4. order, count, plan
     messages = rows_in - rejected_count
     partitions = settings.ingest.sort_partitions or max(
         settings.spark.shuffle_partitions, math.ceil(sum(f.size for f in new) / (128 * 1024 * 1024))
     )
-    ordered = T.order_for_append(T.valid_messages(parsed), partitions=partitions).persist()
     queue_counts, default_count = options.queue_counts, options.default_queue_count
-    stats = T.partition_stats(ordered, queue_counts=queue_counts, default_queue_count=default_count).collect()
-    parsed.unpersist()
-    sizes = ordered.select("total_size").rdd
-
-    def replay(partition: int, start: int) -> int:
-        segment_size = store.commitlog_segment_size
-        return spark.sparkContext.runJob(
-            sizes,
-            lambda rows: [T.replay_end_offset((r[0] for r in rows), start_offset=start, segment_size=segment_size)],
-            partitions=[partition],
-        )[0]
-
-    plan = T.plan_append(
-        stats,
-        partitions=ordered.rdd.getNumPartitions(),
-        start_offset=start_offset,
-        queue_heads=heads,
-        rr_counters=rr_counters,
-        queue_counts=queue_counts,
-        default_queue_count=default_count,
-        segment_size=store.commitlog_segment_size,
-        replay=replay,
-    )
+    with stages("sort into append order") as note:
+        ordered = T.order_for_append(T.valid_messages(parsed), partitions=partitions).persist()
+        stats = T.partition_stats(ordered, queue_counts=queue_counts, default_queue_count=default_count).collect()
+        parsed.unpersist()
+        note.update(rows=messages, partitions=partitions)
+    with stages("plan offsets") as note:
+        plan = _plan(spark, ordered, stats, settings, start_offset, heads, rr_counters, options)
+        note.update(partitions_replayed=plan.partitions_replayed)
     if plan.messages != messages:
         raise AssertionError(f"placement plan counts {plan.messages} messages, parsing found {messages}")
+
+    # 5. place and write
     segment_rows = lake.read_arrow("segments").to_pylist()
     commitlog_files = []
     batch_segments: list[dict] = []
     if messages:
-        placed = T.place_messages(
-            ordered,
-            plan=plan,
-            queue_counts=queue_counts,
-            default_queue_count=default_count,
-            segment_size=store.commitlog_segment_size,
-        )
-        from pyspark.sql import functions as F
-
-        commitlog_files = stage_dataframe(run, placed.withColumn("batch_id", F.lit(batch_id)), "commitlog")
-        batch_segments = _segment_aggregates(spark, run)
-        log.info(
-            "placed %d messages at physical offsets %d..%d in %d segments (%d partitions, %d replayed)",
-            messages,
-            start_offset,
-            plan.end_offset,
-            len(batch_segments),
-            partitions,
-            plan.partitions_replayed,
-        )
+        with stages("place and write commitlog") as note:
+            placed = T.place_messages(
+                ordered,
+                plan=plan,
+                queue_counts=queue_counts,
+                default_queue_count=default_count,
+                segment_size=store.commitlog_segment_size,
+            )
+            commitlog_files = stage_dataframe(run, placed.withColumn("batch_id", F.lit(batch_id)), "commitlog")
+            batch_segments = _segment_aggregates(spark, run)
+            note.update(
+                rows=messages,
+                offsets=f"{start_offset}..{plan.end_offset}",
+                segments=len(batch_segments),
+                files=len(commitlog_files),
+            )
     ordered.unpersist()
     new_segments = update_segments(
         segment_rows, batch_segments, segment_size=store.commitlog_segment_size, end_offset=plan.end_offset
@@ -257,7 +227,8 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
         "at": now.isoformat(),
         **metrics,
     }
-    versions = run.commit()
+    with stages("commit"):
+        versions = run.commit()
     seconds = time.monotonic() - started
     metrics.update(
         table_versions=versions,
@@ -266,9 +237,10 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
         seconds=round(seconds, 3),
         rows_per_second=round(messages / seconds, 1) if seconds else None,
         mb_per_second=round(plan.message_bytes / 1e6 / seconds, 2) if seconds else None,
+        stage_seconds=stages.seconds,
     )
     log.info(
-        "committed batch %s as seq %d: %d messages, %d rejected, %.1f MB in %.1fs (%.0f msg/s)",
+        "committed batch %s as seq %d: %d messages, %d rejected, %.1f MB in %.1fs (%.0f messages/s)",
         batch_id,
         run.seq,
         messages,
@@ -280,8 +252,45 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     return metrics
 
 
-def _read_lines(spark, files: list[Fingerprint], *, split_bytes: int):
-    """The input lines as a DataFrame, one task per split, exact line numbers."""
+def _per_file_counts(parsed) -> dict[str, dict]:
+    """Lines and rejected lines per input file (one small row per file)."""
+    counts = parsed.groupBy("source_file").agg(
+        F.count(F.lit(1)).alias("lines"), F.count("reject_reason").alias("rejected")
+    )
+    return {row["source_file"]: row.asDict() for row in counts.collect()}
+
+
+def _plan(spark, ordered, stats, settings: Settings, start_offset, heads, rr_counters, options) -> T.AppendPlan:
+    """Per-partition starting values; partitions crossing a segment end are replayed one job each."""
+    segment_size = settings.store.commitlog_segment_size
+    sizes = ordered.select("total_size").rdd
+
+    def replay(partition: int, start: int) -> int:
+        return spark.sparkContext.runJob(
+            sizes,
+            lambda rows: [T.replay_end_offset((r[0] for r in rows), start_offset=start, segment_size=segment_size)],
+            partitions=[partition],
+        )[0]
+
+    return T.plan_append(
+        stats,
+        partitions=sizes.getNumPartitions(),
+        start_offset=start_offset,
+        queue_heads=heads,
+        rr_counters=rr_counters,
+        queue_counts=options.queue_counts,
+        default_queue_count=options.default_queue_count,
+        segment_size=segment_size,
+        replay=replay,
+    )
+
+
+def _read_and_parse(spark, files: list[Fingerprint], *, split_bytes: int, options: ParseOptions):
+    """Parsed input lines (``transforms.ingest.PARSED_DDL``): one task per split, exact line numbers.
+
+    Reading and parsing happen in the same Python task, so raw lines never
+    travel to the JVM and back.
+    """
     splits = plan_splits(files, split_bytes=split_bytes)
     first_line = {}
     multi = [s for s in splits if sum(1 for o in splits if o.path == s.path) > 1]
@@ -304,15 +313,14 @@ def _read_lines(spark, files: list[Fingerprint], *, split_bytes: int):
         "first_line bigint, hash32 bigint",
     ).repartition(len(descriptors), "split")
 
-    def read(batches):
-        from rmqlake.inputs import Split
-
+    def read_and_parse(batches):
         for batch in batches:
             for row in batch.to_pylist():
                 split = Split(row["path"], row["start"], row["end"], row["compressed"], row["sha256"])
-                yield from read_split_batches(split, first_line=row["first_line"], hash32=row["hash32"])
+                for lines in read_split_batches(split, first_line=row["first_line"], hash32=row["hash32"]):
+                    yield T.parse_batch(lines, options=options)
 
-    return frame.mapInArrow(read, LINES_DDL)
+    return frame.mapInArrow(read_and_parse, T.PARSED_DDL)
 
 
 def _log_rejects(parsed, *, limit: int) -> None:
@@ -329,8 +337,6 @@ def _log_rejects(parsed, *, limit: int) -> None:
 
 def _segment_aggregates(spark, run: LakeRun) -> list[dict]:
     """Per segment written by this run: count, end of data, first and last store time (by offset)."""
-    from pyspark.sql import functions as F
-
     staged = spark.read.parquet(run.staging_uri("commitlog"))
     rows = (
         staged.groupBy("segment")

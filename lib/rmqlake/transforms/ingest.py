@@ -3,7 +3,7 @@
 The broker appends one message at a time; here the same sequential rules are
 computed in parallel (DESIGN "Algorithms that must scale"):
 
-1. ``parse_messages``: each line → record fields or a reject reason.
+1. ``parse_batch``: each line → record fields or a reject reason.
 2. ``order_for_append``: range-partition and sort by the append order
    (storeTimestamp, source file, line), so partition i precedes i+1.
 3. ``partition_stats``: per partition, message count and bytes, round-robin
@@ -18,9 +18,11 @@ computed in parallel (DESIGN "Algorithms that must scale"):
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -74,49 +76,62 @@ PARSED_DDL = """source_file string, source_line bigint, raw string, reject_reaso
 _MESSAGE_NAMES = [name for name, _ in _MESSAGE_FIELDS]
 
 
+_NO_MESSAGE = (None,) * len(_MESSAGE_FIELDS)
+_PROPERTIES_INDEX = _MESSAGE_NAMES.index("properties")
+
+
 def parse_batch(batch: pa.RecordBatch, *, options: ParseOptions) -> pa.RecordBatch:
     """Parse one Arrow batch of lines (source_file, source_line, file_hash32, raw)."""
-    columns: dict[str, list] = {name: [] for name in PARSED_SCHEMA.names}
-    files = batch.column("source_file").to_pylist()
-    numbers = batch.column("source_line").to_pylist()
-    hashes = batch.column("file_hash32").to_pylist()
-    raws = batch.column("raw").to_pylist()
-    empty = dict.fromkeys(_MESSAGE_NAMES)
-    for source_file, source_line, hash32, raw in zip(files, numbers, hashes, raws, strict=True):
-        columns["source_file"].append(source_file)
-        columns["source_line"].append(source_line)
-        try:
-            message = parse_line(raw, options=options, source_line=source_line, file_hash32=hash32)
-        except Rejection as exc:
-            columns["raw"].append(raw.decode("utf-8", "replace"))
-            columns["reject_reason"].append(str(exc))
-            for name in _MESSAGE_NAMES:
-                columns[name].append(empty[name])
-            continue
-        columns["raw"].append(None)
-        columns["reject_reason"].append(None)
-        values = message.__dict__
-        for name in _MESSAGE_NAMES:
-            value = values[name]
-            columns[name].append(list(value.items()) if name == "properties" else value)
-    return pa.RecordBatch.from_arrays(
-        [pa.array(columns[field.name], field.type) for field in PARSED_SCHEMA], schema=PARSED_SCHEMA
+    return parse_raw_lines(
+        batch.column("source_file").to_pylist(),
+        batch.column("source_line").to_pylist(),
+        batch.column("file_hash32").to_pylist(),
+        batch.column("raw").to_pylist(),
+        options=options,
     )
 
 
-def parse_messages(lines, *, options: ParseOptions):
-    """Lines (source_file, source_line, file_hash32, raw) → parsed rows.
+def parse_raw_lines(files: list, numbers: list, hashes: list, raws: list, *, options: ParseOptions) -> pa.RecordBatch:
+    """Parse lines given as parallel lists into one Arrow batch of ``PARSED_SCHEMA``."""
+    texts, reasons, rows = [], [], []
+    with _gc_paused():
+        _parse_into(numbers, hashes, raws, options, texts, reasons, rows)
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in _MESSAGE_FIELDS]
+    columns[_PROPERTIES_INDEX] = [None if p is None else list(p.items()) for p in columns[_PROPERTIES_INDEX]]
+    arrays = [
+        pa.array(files, pa.string()),
+        pa.array(numbers, pa.int64()),
+        pa.array(texts, pa.string()),
+        pa.array(reasons, pa.string()),
+    ]
+    arrays += [pa.array(column, field_type) for column, (_, field_type) in zip(columns, _MESSAGE_FIELDS, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=PARSED_SCHEMA)
 
-    A valid line has ``reject_reason`` null and every record field that does
-    not depend on its position in the log; a bad line keeps its ``raw`` text
-    and the reason. ``queue_id`` is null where round robin decides later.
-    """
 
-    def parse_all(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            yield parse_batch(batch, options=options)
+def _parse_into(numbers, hashes, raws, options, texts, reasons, rows) -> None:
+    for source_line, hash32, raw in zip(numbers, hashes, raws, strict=True):
+        try:
+            message = parse_line(raw, options=options, source_line=source_line, file_hash32=hash32)
+        except Rejection as exc:
+            texts.append(raw.decode("utf-8", "replace"))
+            reasons.append(str(exc))
+            rows.append(_NO_MESSAGE)
+            continue
+        texts.append(None)
+        reasons.append(None)
+        rows.append(message)
 
-    return lines.mapInArrow(parse_all, PARSED_DDL)
+
+@contextmanager
+def _gc_paused():
+    """Parsing allocates many short-lived objects and no cycles; the cycle collector only costs time here."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def valid_messages(parsed):

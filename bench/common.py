@@ -1,0 +1,75 @@
+"""Shared helpers of the benchmark scripts: data generation (cached), machine facts, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "bench" / "out"
+sys.path.insert(0, str(REPO / "lib"))
+
+
+def machine() -> dict:
+    import deltalake
+    import pyarrow
+    import pyspark
+
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "pyspark": pyspark.__version__,
+        "deltalake": deltalake.__version__,
+        "pyarrow": pyarrow.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def dataset(name: str, *, messages: int, body_size: int, hours: int = 6, seed: int = 1) -> Path:
+    """Generated producer logs under bench/out/<name>, reused while the parameters are the same."""
+    from rmqlake.generate import TopicPlan, generate
+
+    root = OUT / name
+    wanted = {"messages": messages, "body_size": body_size, "hours": hours, "seed": seed}
+    marker = root / "PARAMS.json"
+    if marker.exists() and json.loads(marker.read_text()) == wanted:
+        return root / "landing"
+    shutil.rmtree(root, ignore_errors=True)
+    topics = [TopicPlan("OrderEvents", 8, False), TopicPlan("UserProfile", 4, True), TopicPlan("Clickstream", 4, False)]
+    started = time.monotonic()
+    generate(root, messages=messages, topics=topics, hours=hours, seed=seed, body_size=body_size)
+    marker.write_text(json.dumps(wanted))
+    print(f"generated {messages:,} messages in {time.monotonic() - started:.0f}s into {root}", file=sys.stderr)
+    return root / "landing"
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+@contextmanager
+def timed():
+    result = {}
+    started = time.monotonic()
+    yield result
+    result["seconds"] = time.monotonic() - started
+
+
+def report(title: str, rows: list[dict], summary: dict, *, as_json: bool) -> None:
+    from rmqlake.report import render_table
+
+    if as_json:
+        print(json.dumps({"benchmark": title, **summary, "rows": rows, "machine": machine()}))
+        return
+    print(f"\n== {title} ==")
+    print(render_table(rows))
+    print()
+    print(render_table([summary]))
+    print()
+    print(render_table([machine()]))

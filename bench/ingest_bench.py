@@ -1,0 +1,98 @@
+"""Ingest throughput against a plain Spark Parquet write of the same rows, measured in the same run.
+
+    .venv/bin/python bench/ingest_bench.py [--messages 1000000] [--body-size 1024] [--json]
+
+Baselines, on the same input and the same SparkSession:
+
+* ``spark json -> parquet``: ``spark.read.json`` with the input schema, then
+  ``write.parquet``: what a plain Spark ingestion of the producer logs costs.
+* ``parquet write of the ingested rows``: the commitlog rows, already
+  computed and cached, written with plain Spark: the cost of the write alone.
+
+A warm-up ingest of a small sample runs first and is not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from common import REPO, dataset, folder_bytes, report, timed
+
+INPUT_SCHEMA = """topic string, queueId int, body string, bodyEncoding string, keys string, tags string,
+    properties map<string,string>, uniqKey string, flag int, bornTimestamp bigint, storeTimestamp bigint,
+    bornHost string, storeHost string, reconsumeTimes int, transaction string"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--body-size", type=int, default=1024)
+    parser.add_argument("--json", action="store_true", help="one JSON line instead of tables")
+    args = parser.parse_args()
+
+    from rmqlake.config import load_settings
+    from rmqlake.lake.spark_io import read_table
+    from rmqlake.logs import configure_logging
+    from rmqlake.session import get_spark
+    from rmqlake.steps.ingest import ingest, open_lake
+
+    configure_logging("WARNING")
+    landing = dataset(f"ingest-{args.messages}", messages=args.messages, body_size=args.body_size)
+    warmup = dataset("ingest-warmup", messages=20_000, body_size=args.body_size, hours=1, seed=2)
+    input_bytes = folder_bytes(landing)
+    work = Path(tempfile.mkdtemp(prefix="rmqlake-bench-"))
+    try:
+        settings = load_settings(REPO / "conf", lake=str(work / "lake"))
+        spark = get_spark(settings.spark, conf_dir=REPO / "conf", app_name="rmqlake-bench-ingest")
+        warm = load_settings(REPO / "conf", lake=str(work / "warm"))
+        ingest(spark, warm, input_path=str(warmup))
+        spark.read.schema(INPUT_SCHEMA).json(str(warmup)).write.parquet(str(work / "warm-parquet"))
+
+        with timed() as baseline:
+            spark.read.schema(INPUT_SCHEMA).json(str(landing)).write.parquet(str(work / "baseline-json"))
+        with timed() as ingest_time:
+            metrics = ingest(spark, settings, input_path=str(landing))
+        commitlog = read_table(spark, open_lake(settings), "commitlog").cache()
+        commitlog.count()
+        with timed() as write_only:
+            commitlog.write.partitionBy("segment").parquet(str(work / "baseline-rows"))
+        commitlog.unpersist()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    rows_count = metrics["rows_out"]
+    mb = input_bytes / 1e6
+
+    def row(name, seconds):
+        return {
+            "run": name,
+            "rows": rows_count,
+            "seconds": round(seconds, 2),
+            "rows/s": round(rows_count / seconds),
+            "input MB/s": round(mb / seconds, 1),
+        }
+
+    rows = [
+        row("rmqlake ingest (exact placement)", ingest_time["seconds"]),
+        row("spark json -> parquet (baseline)", baseline["seconds"]),
+        row("parquet write of the ingested rows", write_only["seconds"]),
+    ]
+    summary = {
+        "messages": rows_count,
+        "input_mb": round(mb, 1),
+        "commitlog_mb": round(metrics["commitlog_bytes"] / 1e6, 1),
+        "ratio_vs_json_to_parquet": round(baseline["seconds"] / ingest_time["seconds"], 3),
+        "ratio_vs_parquet_write": round(write_only["seconds"] / ingest_time["seconds"], 3),
+        "target_ratio": 0.6,
+        "ingest_stage_seconds": metrics["stage_seconds"],
+    }
+    report("ingest throughput", rows, summary, as_json=args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
