@@ -20,7 +20,7 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 MAGIC_V1 = 0xDAA320A7 - (1 << 32)
@@ -304,3 +304,181 @@ def encode(m: dict, *, queue_offset: int, physical_offset: int) -> bytes:
     )
     total = 4 + len(head) + len(rest)
     return struct.pack(">i", total) + head + rest
+
+
+# -- ConsumeQueue and IndexFile, one dispatch at a time (IndexService / IndexFile / ConsumeQueue) -------------
+
+
+def key_hash(key: str) -> int:
+    h = jhash(key)
+    return 0 if h == -(1 << 31) else abs(h)
+
+
+@dataclass
+class RefIndexFile:
+    """IndexFile.putKey, field for field (spec 3.5)."""
+
+    slots: int
+    entries: int
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1
+    slot_table: dict = field(default_factory=dict)
+    entry_table: dict = field(default_factory=dict)  # number -> (hash, phy, time_diff, prev)
+
+    def full(self) -> bool:
+        return self.index_count >= self.entries
+
+    def put_key(self, key: str, phy: int, ts: int) -> bool:
+        if self.full():
+            return False
+        h = key_hash(key)
+        slot = h % self.slots
+        slot_value = self.slot_table.get(slot, 0)
+        if slot_value <= 0 or slot_value > self.index_count:
+            slot_value = 0
+        diff = int((ts - self.begin_timestamp) / 1000) if self.begin_timestamp > 0 else 0
+        diff = max(0, min(diff, (1 << 31) - 1))
+        self.entry_table[self.index_count] = (h, phy, diff, slot_value)
+        self.slot_table[slot] = self.index_count
+        if self.index_count <= 1:
+            self.begin_phy_offset, self.begin_timestamp = phy, ts
+        if slot_value == 0:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset, self.end_timestamp = phy, ts
+        return True
+
+    def select(self, results: list, key: str, max_num: int, begin: int, end: int) -> None:
+        h = key_hash(key)
+        value = self.slot_table.get(h % self.slots, 0)
+        if value <= 0 or value > self.index_count or self.index_count <= 1:
+            return
+        number = value
+        while len(results) < max_num:
+            kh, phy, diff, prev = self.entry_table[number]
+            read = self.begin_timestamp + diff * 1000
+            if kh == h and begin <= read <= end:
+                results.append(phy)
+            if prev <= 0 or prev > self.index_count or prev == number or read < begin:
+                break
+            number = prev
+
+
+def ref_file_name(ts: int, zone: str, previous: str | None) -> str:
+    moment = datetime.fromtimestamp(ts / 1000, ZoneInfo(zone))
+    name = moment.strftime("%Y%m%d%H%M%S") + f"{ts % 1000:03d}"
+    if previous is not None and name <= previous:
+        base = datetime.strptime(previous, "%Y%m%d%H%M%S%f")
+        base = base.replace(microsecond=0) + timedelta(milliseconds=int(previous[14:]) + 1)
+        name = base.strftime("%Y%m%d%H%M%S") + f"{base.microsecond // 1000:03d}"
+    return name
+
+
+@dataclass
+class RefDispatcher:
+    """ReputMessageService's CQ and index dispatchers over messages in physical-offset order."""
+
+    slots: int
+    entries: int
+    units_per_file: int
+    zone: str = "UTC"
+    index_enable: bool = True
+    files: list = field(default_factory=list)  # [(name, RefIndexFile)]
+    units: list = field(default_factory=list)
+    index_msg_timestamp: int = 0
+
+    def dispatch(self, m: dict) -> None:
+        tx = m["sys_flag"] & 0xC
+        props = dict(p.split("\x01", 1) for p in m["properties_bytes"].decode().split("\x02") if "\x01" in p)
+        if tx in (0, 8):
+            tags = props.get("TAGS")
+            code = jhash(tags) if tags else 0
+            if m["topic"] == "SCHEDULE_TOPIC_XXXX" and "DELAY" in props:
+                level = min(int(props["DELAY"]), 18)
+                delays = [1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200]
+                if level > 0:
+                    code = m["store_timestamp"] + delays[level - 1] * 1000
+            file_bytes = self.units_per_file * 20
+            self.units.append(
+                {
+                    "topic": m["topic"],
+                    "queue_id": m["queue_id"],
+                    "queue_offset": m["queue_offset"],
+                    "commitlog_offset": m["physical_offset"],
+                    "size": m["total_size"],
+                    "tags_code": code,
+                    "store_timestamp": m["store_timestamp"],
+                    "cq_file": f"{m['queue_offset'] * 20 // file_bytes * file_bytes:020d}",
+                }
+            )
+        if not self.index_enable or tx == 0xC:
+            return
+        keys = ([props["UNIQ_KEY"]] if "UNIQ_KEY" in props else []) + [k for k in props.get("KEYS", "").split(" ") if k]
+        for key in keys:
+            self._put(f"{m['topic']}#{key}", m["physical_offset"], m["store_timestamp"])
+
+    def _put(self, key: str, phy: int, ts: int) -> None:
+        if not self.files or self.files[-1][1].full():
+            previous = self.files[-1] if self.files else None
+            end_phy, end_ts = (previous[1].end_phy_offset, previous[1].end_timestamp) if previous else (0, 0)
+            if previous:
+                self.index_msg_timestamp = previous[1].end_timestamp
+            index = RefIndexFile(
+                self.slots,
+                self.entries,
+                begin_timestamp=end_ts,
+                end_timestamp=end_ts,
+                begin_phy_offset=end_phy,
+                end_phy_offset=end_phy,
+            )
+            self.files.append((ref_file_name(ts, self.zone, previous[0] if previous else None), index))
+        assert self.files[-1][1].put_key(key, phy, ts)
+
+    def index_rows(self) -> list[dict]:
+        return [
+            {
+                "index_file": name,
+                "index_no": n,
+                "key_hash": e[0],
+                "slot": e[0] % self.slots,
+                "phy_offset": e[1],
+                "time_diff": e[2],
+                "prev_index": e[3],
+            }
+            for name, f in self.files
+            for n, e in sorted(f.entry_table.items())
+        ]
+
+    def header_rows(self) -> list[dict]:
+        return [
+            {
+                "index_file": name,
+                "begin_timestamp": f.begin_timestamp,
+                "end_timestamp": f.end_timestamp,
+                "begin_phy_offset": f.begin_phy_offset,
+                "end_phy_offset": f.end_phy_offset,
+                "hash_slot_count": f.hash_slot_count,
+                "index_count": f.index_count,
+            }
+            for name, f in self.files
+        ]
+
+    def query(self, topic: str, key: str, max_num: int = 64, begin: int = 0, end: int = (1 << 63) - 1) -> list[int]:
+        """IndexService.queryOffset: newest file first, stop once a file begins before ``begin``."""
+        results: list[int] = []
+        max_num = min(max_num, 64)
+        for _, f in reversed(self.files):
+            matched = (
+                (begin < f.begin_timestamp and end > f.end_timestamp)
+                or (f.begin_timestamp <= begin <= f.end_timestamp)
+                or (f.begin_timestamp <= end <= f.end_timestamp)
+            )
+            if matched:
+                f.select(results, f"{topic}#{key}", max_num, begin, end)
+            if f.begin_timestamp < begin or len(results) >= max_num:
+                break
+        return results

@@ -68,7 +68,41 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = commands.add_parser("ingest", parents=[common], help="raw logs -> commitlog, segments, rejected")
     add_ingest_arguments(ingest)
 
+    commands.add_parser(
+        "reput", parents=[common], help="dispatch new commitlog messages -> consumequeue, indexfile, indexfile_header"
+    )
     commands.add_parser("status", parents=[common], help="store state: offsets, segments, checkpoints, disk use")
+
+    query = commands.add_parser("query", help="look messages up as the broker does")
+    kinds = query.add_subparsers(dest="query_kind", metavar="KIND", required=True)
+    by_key = kinds.add_parser("key", parents=[common], help="messages by key (index lookup, key re-checked)")
+    by_key.add_argument("--topic", required=True, help="topic of the messages")
+    by_key.add_argument("--key", required=True, help="one KEYS token")
+    by_key.add_argument("--begin", help="earliest store time (epoch ms or ISO-8601; default: any)")
+    by_key.add_argument("--end", help="latest store time (epoch ms or ISO-8601; default: any)")
+    by_key.add_argument("--max", type=int, default=64, help="at most this many (default and cap 64, as the broker)")
+    by_key.add_argument("--full", action="store_true", help="show every field and the whole body")
+    by_offset = kinds.add_parser("offset", parents=[common], help="messages from a queue offset, with tag filtering")
+    by_offset.add_argument("--topic", required=True)
+    by_offset.add_argument("--queue", type=int, required=True, help="queue id")
+    by_offset.add_argument("--offset", type=int, required=True, help="first queue offset")
+    by_offset.add_argument("--max", type=int, default=32, help="at most this many (default 32, a pull batch)")
+    by_offset.add_argument("--tags", default="*", help="subscription: '*' or 'TagA || TagB'")
+    by_offset.add_argument("--full", action="store_true", help="show every field and the whole body")
+    by_id = kinds.add_parser("msgid", parents=[common], help="a message by offsetMsgId or UNIQ_KEY")
+    by_id.add_argument("id", help="offsetMsgId (32/56 hex) or UNIQ_KEY")
+    by_id.add_argument("--topic", help="topic, to look a UNIQ_KEY up in one topic only")
+    by_id.add_argument("--full", action="store_true", help="show every field and the whole body")
+    by_time = kinds.add_parser("time", parents=[common], help="queue offset of the first message at a time")
+    by_time.add_argument("--topic", required=True)
+    by_time.add_argument("--queue", type=int, required=True)
+    by_time.add_argument("--at", required=True, help="store time (epoch ms or ISO-8601)")
+    by_time.add_argument(
+        "--boundary",
+        choices=["lower", "upper"],
+        default="lower",
+        help="lower: first offset stored at or after; upper: last offset stored at or before",
+    )
     return parser
 
 
@@ -142,14 +176,107 @@ def cmd_ingest(args, settings) -> int:
     return 1 if args.fail_on_reject and metrics.get("rejected") else 0
 
 
-def cmd_status(args, settings) -> int:
-    from rmqlake.steps.status import status
+def cmd_reput(args, settings) -> int:
+    from rmqlake.steps.reput import reput
 
-    _emit(args, status(settings))
+    _emit(args, reput(_spark(settings, args, "reput"), settings))
     return 0
 
 
-COMMANDS.update(generate=cmd_generate, ingest=cmd_ingest, status=cmd_status)
+def cmd_status(args, settings) -> int:
+    from rmqlake.steps.status import status
+
+    report = status(settings)
+    if args.json:
+        _emit(
+            args,
+            [
+                {"kind": "store", **report["store"]},
+                *({"kind": "queue", **q} for q in report["queues"]),
+                *({"kind": "topic", **t} for t in report["topics"]),
+            ],
+        )
+    else:
+        _emit(args, report["store"])
+        sys.stdout.write("\n")
+        _emit(args, report["topics"])
+        sys.stdout.write("\n")
+        _emit(args, report["queues"])
+    return 0
+
+
+def cmd_query(args, settings) -> int:
+    from rmqlake import query as Q
+    from rmqlake.steps.ingest import open_lake
+    from rmqlake.timeutil import parse_timestamp
+
+    lake = open_lake(settings)
+    store = settings.store
+    state = lake.state()
+    min_offsets = state.get("expire", {}).get("queue_min_offsets", {})
+    if args.query_kind == "time":
+        result = Q.query_time(
+            lake,
+            topic=args.topic,
+            queue=args.queue,
+            at=parse_timestamp(args.at, option="--at"),
+            boundary=args.boundary,
+            units_per_file=store.cq_units_per_file,
+            min_phy_offset=_min_physical_offset(lake),
+            min_offsets=min_offsets,
+        )
+        _emit(args, result)
+        return 0
+    if args.query_kind == "key":
+        if args.max < 1:
+            raise UsageError("--max must be at least 1")
+        result = Q.query_key(
+            lake,
+            topic=args.topic,
+            key=args.key,
+            begin=parse_timestamp(args.begin, option="--begin") if args.begin else 0,
+            end=parse_timestamp(args.end, option="--end") if args.end else Q.LONG_MAX,
+            max_num=args.max,
+            slots=store.index_slots,
+            segment_size=store.commitlog_segment_size,
+        )
+    elif args.query_kind == "offset":
+        result = Q.query_offset(
+            lake,
+            topic=args.topic,
+            queue=args.queue,
+            offset=args.offset,
+            max_num=args.max,
+            tags=args.tags,
+            segment_size=store.commitlog_segment_size,
+            min_offsets=min_offsets,
+        )
+    else:
+        topics = state.get("commitlog", {}).get("queue_heads", {}).keys()
+        result = Q.query_msgid(
+            lake,
+            msg_id=args.id,
+            topic=args.topic,
+            slots=store.index_slots,
+            segment_size=store.commitlog_segment_size,
+            topics=topics,
+        )
+    rows = [Q.message_view(m, full=args.full or args.json) for m in result["rows"]]
+    summary = {k: v for k, v in result.items() if k not in ("rows", "metrics")} | result.get("metrics", {})
+    if args.json:
+        _emit(args, [{"kind": "result", **summary}, *({"kind": "message", **r} for r in rows)])
+    else:
+        _emit(args, rows if rows else [{"messages": 0}])
+        sys.stderr.write(", ".join(f"{k}={v}" for k, v in summary.items()) + "\n")
+    return 0
+
+
+def _min_physical_offset(lake) -> int:
+    live = [r["start_offset"] for r in lake.read_arrow("segments").to_pylist() if r["status"] != "deleted"]
+    return min(live, default=0)
+
+
+COMMANDS.update(generate=cmd_generate, ingest=cmd_ingest, reput=cmd_reput, status=cmd_status, query=cmd_query)
 
 
 def _emit(args, result: dict | list[dict]) -> None:

@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+MAX_CELL = 60
+
 
 def _cell(value) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
         return f"{value:,.3f}".rstrip("0").rstrip(".")
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, default=str)
-    return str(value)
+    text = json.dumps(value, default=str) if isinstance(value, (dict, list)) else str(value)
+    if len(text) > MAX_CELL:  # long topics and bodies: keep both ends (--json shows everything)
+        half = (MAX_CELL - 3) // 2
+        text = text[:half] + "..." + text[-half:]
+    return text
 
 
 def render_table(rows: Sequence[Mapping]) -> str:

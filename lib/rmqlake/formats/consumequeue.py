@@ -86,3 +86,86 @@ def cq_file_name(queue_offset: int, units_per_file: int) -> str:
 def cq_position(queue_offset: int, units_per_file: int) -> int:
     """Byte position of the unit inside its file."""
     return (queue_offset * CQ_UNIT_SIZE) % cq_file_size(units_per_file)
+
+
+def offset_in_queue_by_time(
+    files: list[tuple[int, list[tuple[int, int]]]],
+    *,
+    timestamp: int,
+    boundary: str = "lower",
+    min_logic_offset: int = 0,
+    min_phy_offset: int = 0,
+) -> int:
+    """``ConsumeQueue.getOffsetInQueueByTime`` over a queue's files (spec 7).
+
+    Args:
+        files: per CQ file in order, (first queue offset, units) where each
+            unit is (commitLogOffset, store time); the store time is -1 when
+            the message can no longer be read (its segment was deleted).
+        boundary: ``lower`` (first offset stored at or after ``timestamp``) or
+            ``upper`` (last offset stored at or before it).
+        min_logic_offset: the queue's min offset (units below it are skipped).
+        min_phy_offset: commitlog min offset (units below it count as too old).
+
+    Returns:
+        The queue offset, with the broker's answers for the corner cases
+        (all units earlier → one past the last unit for ``lower``; all later →
+        the file's first offset for ``lower``, 0 for ``upper``).
+    """
+    if not files:
+        return 0
+    lower = boundary == "lower"
+    chosen = _file_by_time(files, timestamp=timestamp, lower=lower)
+    if chosen is None:
+        return 0
+    first, units = chosen
+    floor = max(min_logic_offset - first, 0)
+    ceiling = len(units) - 1
+    if ceiling < 0:
+        return 0
+
+    def store_time(position: int) -> int:
+        return units[position][1]
+
+    if store_time(ceiling) < timestamp:
+        return first + ceiling + 1 if lower else first + ceiling
+    if store_time(floor) > timestamp:
+        return first if lower else 0
+    low, high = floor, ceiling
+    target = left = right = -1
+    while high >= low:
+        middle = (low + high) // 2
+        phy, stored = units[middle]
+        if phy < min_phy_offset:
+            low, left = middle + 1, middle
+            continue
+        if stored < 0:
+            return 0
+        if stored == timestamp:
+            target = middle
+            break
+        if stored > timestamp:
+            high, right = middle - 1, middle
+        else:
+            low, left = middle + 1, middle
+    if target != -1:
+        step = -1 if lower else 1
+        limit_ok = (lambda p: p >= floor) if lower else (lambda p: p <= ceiling)
+        while limit_ok(target + step) and store_time(target + step) == timestamp:
+            target += step
+        return first + target
+    # no unit at exactly ``timestamp``: the enclosing units (-1 when the search never moved that way)
+    return first + (right if lower else left)
+
+
+def _file_by_time(files, *, timestamp: int, lower: bool):
+    """``MappedFileQueue.getConsumeQueueMappedFileByTime``."""
+    if lower:  # the first file whose last unit was stored at or after the time, else the newest file
+        for first, units in files[:-1]:
+            if units and units[-1][1] >= timestamp:
+                return first, units
+        return files[-1]
+    for first, units in reversed(files):  # the newest file whose first unit is not later (unknown: -1 counts)
+        if units and units[0][1] <= timestamp:
+            return first, units
+    return None

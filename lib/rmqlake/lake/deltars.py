@@ -155,6 +155,27 @@ class DeltaRsEngine:
         dt.update_incremental()
         return dt.version()
 
+    def file_stats(self, table: str, columns) -> list[dict]:
+        dt = self.open(table)
+        rows = pa.table(dt.get_add_actions(flatten=False)).to_pylist()
+        return [
+            {
+                "path": row["path"],
+                "partition": row.get("partition") or {},
+                "num_records": row.get("num_records"),
+                "min": {c: (row.get("min") or {}).get(c) for c in columns},
+                "max": {c: (row.get("max") or {}).get(c) for c in columns},
+            }
+            for row in rows
+        ]
+
+    def dataset(self, table: str, *, partitions=None, version: int | None = None):
+        """A pyarrow dataset over the table's current files (partition-pruned)."""
+        dt = self.open(table, version=version)
+        if dt is None:
+            raise FileNotFoundError(f"table {self.uri(table)} does not exist")
+        return dt.to_pyarrow_dataset(partitions=partitions)
+
     def read_arrow(self, table: str, *, columns: Sequence[str] | None = None, version: int | None = None) -> pa.Table:
         """A whole small table as Arrow (metadata tables only; never message rows)."""
         dt = self.open(table, version=version)

@@ -106,6 +106,33 @@ class Lake:
             return table_spec(table).arrow_schema.empty_table()
         return self.engine.read_arrow(table, columns=columns, version=version)
 
+    def scan(
+        self,
+        table: str,
+        *,
+        columns: Sequence[str] | None = None,
+        partitions: list[tuple] | None = None,
+        filter=None,
+        version: int | None = None,
+    ) -> pa.Table:
+        """Rows of ``table`` matching ``filter`` (a pyarrow dataset expression), read with pyarrow.
+
+        ``partitions`` prunes partition folders; row groups whose statistics
+        cannot match ``filter`` are skipped. For lookups, not for bulk jobs.
+        """
+        spec = table_spec(table)
+        if not self.exists(table):
+            schema = spec.arrow_schema
+            return schema.empty_table().select(list(columns)) if columns else schema.empty_table()
+        dataset = self.engine.dataset(table, partitions=partitions, version=version)
+        return dataset.to_table(columns=list(columns) if columns else None, filter=filter)
+
+    def file_stats(self, table: str, columns: Sequence[str]) -> list[dict]:
+        """Per data file: partition values and min/max of ``columns`` from the Delta log (no data read)."""
+        if not self.exists(table):
+            return []
+        return self.engine.file_stats(table, columns)
+
     def ledger(self) -> LedgerEntry:
         return read_ledger(self.root, storage_options=self.storage_options)
 

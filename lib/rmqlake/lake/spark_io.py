@@ -28,7 +28,12 @@ def read_table(spark, lake: Lake, table: str, *, version: int | None = None, par
 
 
 def stage_dataframe(
-    run: LakeRun, frame, table: str, *, mode: Literal["append", "overwrite"] = "append"
+    run: LakeRun,
+    frame,
+    table: str,
+    *,
+    mode: Literal["append", "overwrite"] = "append",
+    options: dict[str, str] | None = None,
 ) -> list[DataFile]:
     """Write ``frame`` as Parquet into the run's staging folder of ``table`` and register the files.
 
@@ -37,6 +42,8 @@ def stage_dataframe(
     """
     spec = table_spec(table)
     writer = frame.select(*spec.columns).write.mode("overwrite").option("compression", "snappy")
+    for key, value in (options or {}).items():
+        writer = writer.option(key, value)
     if spec.partition_by:
         writer = writer.partitionBy(*spec.partition_by)
     writer.parquet(run.staging_uri(table))

@@ -118,7 +118,32 @@ INGEST_FILES = TableSpec(
     "extra: every input file ingested, so a re-run of the same files changes nothing",
 )
 
-TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (COMMITLOG, SEGMENTS, REJECTED, INGEST_FILES)}
+CONSUMEQUEUE = TableSpec(
+    "consumequeue",
+    """topic string, queue_id int, queue_offset bigint, commitlog_offset bigint, size int, tags_code bigint,
+    store_timestamp bigint, cq_file string""",
+    ("topic", "queue_id"),
+    "one 20-byte ConsumeQueue unit per dispatchable message; files sorted by queue_offset",
+)
+INDEXFILE = TableSpec(
+    "indexfile",
+    """index_file string, index_no int, key_hash int, slot int, phy_offset bigint, time_diff int, prev_index int,
+    topic string, store_timestamp bigint""",
+    ("index_file",),
+    "one IndexFile entry per index key; files sorted by slot so a key lookup reads few row groups "
+    "(store_timestamp is extra)",
+)
+INDEXFILE_HEADER = TableSpec(
+    "indexfile_header",
+    """index_file string, begin_timestamp bigint, end_timestamp bigint, begin_phy_offset bigint, end_phy_offset bigint,
+    hash_slot_count int, index_count int""",
+    (),
+    "one 40-byte IndexFile header per index file",
+)
+
+TABLES: dict[str, TableSpec] = {
+    spec.name: spec for spec in (COMMITLOG, SEGMENTS, REJECTED, INGEST_FILES, CONSUMEQUEUE, INDEXFILE, INDEXFILE_HEADER)
+}
 
 
 def table_spec(name: str) -> TableSpec:

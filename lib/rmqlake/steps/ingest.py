@@ -200,6 +200,13 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
         queue_heads.setdefault(topic, {})[str(queue)] = head
     state["queue_heads"] = queue_heads
     state["rr_counters"] = plan.rr_counters
+    topics = state.setdefault("topics", {})
+    for topic, (count, size) in plan.topic_totals.items():
+        totals = topics.setdefault(topic, {"messages": 0, "bytes": 0})
+        totals["messages"] += count
+        totals["bytes"] += size
+    if batch_segments:
+        state["physic_msg_timestamp"] = max(batch_segments, key=lambda s: s["data_end"])["last_store_timestamp"]
     metrics = {
         "status": "ingested",
         "batch_id": batch_id,

@@ -1,29 +1,75 @@
-"""``rmqlake status``: what the store holds, read from the ledger and the small tables."""
+"""``rmqlake status``: what the store holds, from the ledger and table metadata (no Spark, no data scans)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from rmqlake.config import Settings
 from rmqlake.steps.ingest import open_lake
+from rmqlake.timeutil import iso
 
 
 def status(settings: Settings) -> dict:
-    """Store state: write position, segments, queues, pending work. No Spark needed."""
+    """Store state, as ``{"store": {...}, "topics": [...], "queues": [...]}``.
+
+    Per-queue offsets come from the consumequeue files' statistics (min and
+    max queue offset per file), so nothing is scanned.
+    """
     lake = open_lake(settings)
     ledger = lake.ledger()
     commitlog = ledger.state.get("commitlog", {})
+    reput = ledger.state.get("reput", {})
+    expire = ledger.state.get("expire", {})
     segments = lake.read_arrow("segments").to_pylist()
     live = [s for s in segments if s["status"] != "deleted"]
-    heads = commitlog.get("queue_heads", {})
-    return {
+    max_offset = int(commitlog.get("next_offset", 0))
+    dispatched = int(reput.get("dispatched_offset", 0))
+    store = {
         "lake": lake.root,
         "ledger_seq": ledger.seq,
         "last_run": f"{ledger.job} {ledger.run_id}" if ledger.job else None,
         "pending_tables": lake.pending_tables(),
         "min_physical_offset": min((s["start_offset"] for s in live), default=0),
-        "max_physical_offset": int(commitlog.get("next_offset", 0)),
+        "max_physical_offset": max_offset,
+        "dispatched_offset": dispatched,
+        "dispatch_lag_bytes": max_offset - dispatched,
         "segments_live": len(live),
         "segments_deleted": len(segments) - len(live),
         "active_segment": next((s["segment"] for s in live if s["status"] == "active"), None),
-        "queues": sum(len(q) for q in heads.values()),
-        "messages_in_queues": sum(n for q in heads.values() for n in q.values()),
+        "checkpoint_physic": iso(commitlog.get("physic_msg_timestamp")),
+        "checkpoint_logics": iso(reput.get("logics_msg_timestamp")),
+        "checkpoint_index": iso(reput.get("index_msg_timestamp")),
+        "index_files": len(lake.read_arrow("indexfile_header", columns=["index_file"])),
     }
+    topics = [
+        {"topic": topic, "messages": totals["messages"], "bytes": totals["bytes"]}
+        for topic, totals in sorted(commitlog.get("topics", {}).items())
+    ]
+    return {"store": store, "topics": topics, "queues": _queues(lake, commitlog, expire)}
+
+
+def _queues(lake, commitlog: dict, expire: dict) -> list[dict]:
+    bounds: dict[tuple[str, int], list[int]] = defaultdict(lambda: [2**63 - 1, -1])
+    for stats in lake.file_stats("consumequeue", ["queue_offset"]):
+        key = (stats["partition"]["topic"], int(stats["partition"]["queue_id"]))
+        low, high = stats["min"]["queue_offset"], stats["max"]["queue_offset"]
+        if low is not None:
+            bounds[key][0] = min(bounds[key][0], low)
+            bounds[key][1] = max(bounds[key][1], high)
+    corrected = expire.get("queue_min_offsets", {})
+    rows = []
+    heads = {(t, int(q)): n for t, queues in commitlog.get("queue_heads", {}).items() for q, n in queues.items()}
+    for key in sorted(set(heads) | set(bounds)):
+        topic, queue = key
+        low, high = bounds.get(key, [None, None])
+        max_offset = high + 1 if high is not None and high >= 0 else 0
+        rows.append(
+            {
+                "topic": topic,
+                "queue_id": queue,
+                "min_offset": corrected.get(f"{topic}\t{queue}", low if low is not None and high >= 0 else 0),
+                "max_offset": max_offset,
+                "written_offset": heads.get(key, 0),
+            }
+        )
+    return rows

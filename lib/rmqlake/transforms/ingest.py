@@ -195,6 +195,7 @@ def stats_of_partition(
     ``queue`` (offset-consuming messages with a known queue).
     """
     messages = total_bytes = 0
+    per_topic: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     rr_total: dict[str, int] = defaultdict(int)
     rr_consuming: dict[tuple[str, int], int] = defaultdict(int)
     per_queue: dict[tuple[str, int], int] = defaultdict(int)
@@ -204,7 +205,11 @@ def stats_of_partition(
         topics = batch.column("topic").to_pylist()
         queues = batch.column("queue_id").to_pylist()
         flags = batch.column("sys_flag").to_pylist()
-        for topic, queue, flag in zip(topics, queues, flags, strict=True):
+        sizes = batch.column("total_size").to_pylist()
+        for topic, queue, flag, size in zip(topics, queues, flags, sizes, strict=True):
+            totals = per_topic[topic]
+            totals[0] += 1
+            totals[1] += size
             consuming = consumes_queue_offset(flag)
             if queue is None:
                 ordinal = rr_total[topic]
@@ -217,6 +222,8 @@ def stats_of_partition(
     rows += [(partition, "rr_total", t, None, None, n) for t, n in rr_total.items()]
     rows += [(partition, "rr_consuming", t, None, b, n) for (t, b), n in rr_consuming.items()]
     rows += [(partition, "queue", t, q, None, n) for (t, q), n in per_queue.items()]
+    rows += [(partition, "topic_messages", t, None, None, c) for t, (c, _) in per_topic.items()]
+    rows += [(partition, "topic_bytes", t, None, None, b) for t, (_, b) in per_topic.items()]
     return pa.RecordBatch.from_arrays(
         [pa.array([row[i] for row in rows], field.type) for i, field in enumerate(_STATS_SCHEMA)], schema=_STATS_SCHEMA
     )
@@ -258,6 +265,7 @@ class AppendPlan:
     partitions_replayed: int
     messages: int
     message_bytes: int
+    topic_totals: dict[str, tuple[int, int]]
 
 
 def plan_append(
@@ -288,6 +296,7 @@ def plan_append(
     rr_total: dict[int, dict[str, int]] = defaultdict(dict)
     rr_consuming: dict[int, dict[str, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
     per_queue: dict[int, dict[tuple[str, int], int]] = defaultdict(dict)
+    topic_totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for row in stats_rows:
         if row.kind == "messages":
             messages[row.partition] = row.value
@@ -299,6 +308,10 @@ def plan_append(
             rr_consuming[row.partition][row.topic][row.bucket] = row.value
         elif row.kind == "queue":
             per_queue[row.partition][(row.topic, row.queue_id)] = row.value
+        elif row.kind == "topic_messages":
+            topic_totals[row.topic][0] += row.value
+        elif row.kind == "topic_bytes":
+            topic_totals[row.topic][1] += row.value
     heads = dict(queue_heads)
     counters = dict(rr_counters)
     position = start_offset
@@ -332,6 +345,7 @@ def plan_append(
         partitions_replayed=replayed,
         messages=sum(messages.values()),
         message_bytes=sum(sizes.values()),
+        topic_totals={topic: (count, size) for topic, (count, size) in topic_totals.items()},
     )
 
 

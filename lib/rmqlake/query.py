@@ -1,0 +1,417 @@
+"""The broker's lookups over the lake (spec 7): by key, queue offset, message id and time.
+
+Lookups read little: the index by slot (files are sorted by slot, so
+Parquet statistics skip most row groups), then only the commitlog segments
+holding the offsets found. They use pyarrow directly (no Spark), so a query
+answers in well under a second.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Iterable
+
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from rmqlake.errors import UsageError
+from rmqlake.formats.consumequeue import offset_in_queue_by_time, tags_code
+from rmqlake.formats.indexfile import (
+    MAX_QUERY_RESULTS,
+    IndexEntry,
+    IndexHeader,
+    is_time_matched,
+    select_phy_offsets,
+)
+from rmqlake.formats.javahash import index_key, index_key_hash
+from rmqlake.formats.msgid import decode_offset_msg_id
+from rmqlake.formats.properties import split_keys
+from rmqlake.formats.segment import segment_file_name, segment_start
+from rmqlake.lake import Lake
+
+log = logging.getLogger(__name__)
+
+LONG_MAX = 2**63 - 1
+MAX_FILTER_MESSAGE_SIZE = 16000  # maxFilterMessageSize: bytes of CQ a pull scans at least
+DEFAULT_PULL_BATCH = 32
+MESSAGE_COLUMNS = [
+    "physical_offset",
+    "total_size",
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "sys_flag",
+    "store_timestamp",
+    "born_timestamp",
+    "born_host",
+    "store_host",
+    "keys",
+    "tags",
+    "uniq_key",
+    "msg_id",
+    "body",
+    "properties",
+    "reconsume_times",
+    "flag",
+    "body_crc",
+    "magic",
+]
+
+
+def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int) -> dict[int, dict]:
+    """Commitlog rows starting at ``offsets``, reading only the segments they fall in.
+
+    Offsets whose segment is gone (expired) or that are not a record start are absent from the result.
+    """
+    wanted = sorted(set(offsets))
+    if not wanted:
+        return {}
+    segments = sorted({segment_file_name(segment_start(o, segment_size)) for o in wanted})
+    table = lake.scan(
+        "commitlog",
+        columns=MESSAGE_COLUMNS,
+        partitions=[("segment", "in", segments)],
+        filter=ds.field("physical_offset").isin(wanted),
+    )
+    return {row["physical_offset"]: row for row in table.to_pylist()}
+
+
+class IndexReader:
+    """Index files of the lake, read one slot at a time (and cached for the query)."""
+
+    def __init__(self, lake: Lake, *, slots: int):
+        self.lake = lake
+        self.slots = slots
+        rows = lake.read_arrow("indexfile_header").to_pylist()
+        self.files = sorted(rows, key=lambda h: h["index_file"])
+        self._slot_cache: dict[tuple[str, int], dict[int, IndexEntry]] = {}
+        self.files_read = 0
+
+    def slot_entries(self, file: str, slot: int) -> dict[int, IndexEntry]:
+        cache_key = (file, slot)
+        if cache_key not in self._slot_cache:
+            table = self.lake.scan(
+                "indexfile",
+                columns=["index_no", "key_hash", "phy_offset", "time_diff", "prev_index"],
+                partitions=[("index_file", "=", file)],
+                filter=ds.field("slot") == slot,
+            )
+            self.files_read += 1
+            self._slot_cache[cache_key] = {
+                r["index_no"]: IndexEntry(r["key_hash"], r["phy_offset"], r["time_diff"], r["prev_index"])
+                for r in table.to_pylist()
+            }
+        return self._slot_cache[cache_key]
+
+    def query_offsets(self, key: str, *, max_num: int, begin: int, end: int) -> list[int]:
+        """``IndexService.queryOffset``: newest file first; stop once a file begins before ``begin``."""
+        max_num = min(max_num, MAX_QUERY_RESULTS)
+        slot = index_key_hash(key) % self.slots
+        results: list[int] = []
+        for row in reversed(self.files):
+            header = IndexHeader(
+                row["begin_timestamp"],
+                row["end_timestamp"],
+                row["begin_phy_offset"],
+                row["end_phy_offset"],
+                row["hash_slot_count"],
+                row["index_count"],
+            )
+            if is_time_matched(begin, end, header):
+                entries = self.slot_entries(row["index_file"], slot)
+                select_phy_offsets(
+                    results,
+                    key=key,
+                    slot_value=max(entries, default=0),
+                    entries=entries,
+                    header=header,
+                    max_num=max_num,
+                    begin=begin,
+                    end=end,
+                )
+            if header.begin_timestamp < begin or len(results) >= max_num:
+                break
+        return results
+
+
+def _lookup(
+    lake: Lake, reader: IndexReader, *, index_text: str, begin: int, end: int, max_num: int, segment_size: int
+) -> tuple[list[dict], int]:
+    """``DefaultMessageStore.queryMessage``: up to 3 rounds of index query + message reads."""
+    found: list[dict] = []
+    hits = 0
+    last_query_time = end
+    for _ in range(3):
+        offsets = reader.query_offsets(index_text, max_num=max_num, begin=begin, end=last_query_time)
+        if not offsets:
+            break
+        hits = len(offsets)
+        offsets.sort()
+        messages = read_messages(lake, offsets, segment_size=segment_size)
+        if offsets[0] in messages:
+            last_query_time = messages[offsets[0]]["store_timestamp"]
+        found = [messages[o] for o in offsets if o in messages]
+        if found or last_query_time < begin:
+            break
+    return found, hits
+
+
+def query_key(
+    lake: Lake,
+    *,
+    topic: str,
+    key: str,
+    begin: int = 0,
+    end: int = LONG_MAX,
+    max_num: int = MAX_QUERY_RESULTS,
+    slots: int,
+    segment_size: int,
+) -> dict:
+    """Messages of ``topic`` whose KEYS contain ``key`` (``rmqlake query key``).
+
+    Index lookup exactly as the broker does it (at most 64 offsets; store
+    times compared at second precision), then the real topic and key are
+    re-checked on each message, as the client does, so hash collisions never
+    return another key's message.
+
+    Returns:
+        ``{"rows": [...], "metrics": {index_hits, returned, collisions_removed, index_reads, seconds}}``
+    """
+    started = time.monotonic()
+    reader = IndexReader(lake, slots=slots)
+    found, hits = _lookup(
+        lake, reader, index_text=index_key(topic, key), begin=begin, end=end, max_num=max_num, segment_size=segment_size
+    )
+    rows = [m for m in found if m["topic"] == topic and key in split_keys(" ".join(m["keys"] or []))]
+    return {
+        "rows": rows,
+        "metrics": {
+            "index_hits": hits,
+            "returned": len(rows),
+            "collisions_removed": len(found) - len(rows),
+            "index_reads": reader.files_read,
+            "seconds": round(time.monotonic() - started, 4),
+        },
+    }
+
+
+def query_msgid(
+    lake: Lake, *, msg_id: str, topic: str | None = None, slots: int, segment_size: int, topics: Iterable[str] = ()
+) -> dict:
+    """A message by offsetMsgId (store host + physical offset), else by UNIQ_KEY through the index.
+
+    A UNIQ_KEY has the same length as an IPv4 offsetMsgId, so the id is first
+    tried as an offsetMsgId and kept only if a message starts at that offset
+    with that store host (as the admin tools do).
+    """
+    started = time.monotonic()
+    try:
+        host, offset = decode_offset_msg_id(msg_id)
+    except ValueError:
+        host, offset = None, None
+    if host is not None and offset is not None and offset >= 0:
+        message = read_messages(lake, [offset], segment_size=segment_size).get(offset)
+        if message is not None and message["msg_id"] == msg_id.upper():
+            return {
+                "rows": [message],
+                "metrics": {"found_by": "offsetMsgId", "seconds": round(time.monotonic() - started, 4)},
+            }
+    reader = IndexReader(lake, slots=slots)
+    rows = []
+    for name in [topic] if topic else sorted(set(topics)):
+        found, _ = _lookup(
+            lake,
+            reader,
+            index_text=index_key(name, msg_id),
+            begin=0,
+            end=LONG_MAX,
+            max_num=MAX_QUERY_RESULTS,
+            segment_size=segment_size,
+        )
+        rows += [m for m in found if m["topic"] == name and m["uniq_key"] == msg_id]
+    return {
+        "rows": rows,
+        "metrics": {
+            "found_by": "UNIQ_KEY" if rows else None,
+            "returned": len(rows),
+            "seconds": round(time.monotonic() - started, 4),
+        },
+    }
+
+
+def queue_units(lake: Lake, *, topic: str, queue: int, columns: list[str], filter=None):
+    return lake.scan(
+        "consumequeue",
+        columns=columns,
+        partitions=[("topic", "=", topic), ("queue_id", "=", str(queue))],
+        filter=filter,
+    ).sort_by("queue_offset")
+
+
+def queue_bounds(lake: Lake, *, topic: str, queue: int, min_offsets: dict | None = None) -> tuple[int, int]:
+    """(min offset, max offset) of a queue: max is one past the last unit; min as corrected after expiry."""
+    offsets = queue_units(lake, topic=topic, queue=queue, columns=["queue_offset"]).column("queue_offset")
+    if len(offsets) == 0:
+        return 0, 0
+    maximum = pc.max(offsets).as_py() + 1
+    minimum = (min_offsets or {}).get(f"{topic}\t{queue}", pc.min(offsets).as_py())
+    return minimum, maximum
+
+
+def parse_tag_expression(expression: str | None) -> set[str] | None:
+    """``TagA || TagB`` → {"TagA", "TagB"}; ``*`` or empty → None (everything)."""
+    if expression is None or expression.strip() in ("", "*"):
+        return None
+    tags = {part.strip() for part in expression.split("||") if part.strip()}
+    if not tags:
+        raise UsageError(f"--tags {expression!r}: expected '*' or 'TagA || TagB'")
+    return tags
+
+
+def query_offset(
+    lake: Lake,
+    *,
+    topic: str,
+    queue: int,
+    offset: int,
+    max_num: int = DEFAULT_PULL_BATCH,
+    tags: str | None = "*",
+    segment_size: int,
+    min_offsets: dict | None = None,
+) -> dict:
+    """Messages from a queue offset (``DefaultMessageStore.getMessage`` + the client's tag check).
+
+    Tags are filtered first by tagsCode (the broker's step, hash collisions
+    pass), then by the real TAGS string (the client's step). Status and
+    ``next_begin_offset`` follow the broker: NO_MESSAGE_IN_QUEUE,
+    OFFSET_TOO_SMALL, OFFSET_OVERFLOW_ONE, OFFSET_OVERFLOW_BADLY,
+    NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING or FOUND.
+    """
+    started = time.monotonic()
+    minimum, maximum = queue_bounds(lake, topic=topic, queue=queue, min_offsets=min_offsets)
+    status, next_begin = None, offset
+    if maximum == 0:
+        status, next_begin = "NO_MESSAGE_IN_QUEUE", 0
+    elif offset < minimum:
+        status, next_begin = "OFFSET_TOO_SMALL", minimum
+    elif offset == maximum:
+        status = "OFFSET_OVERFLOW_ONE"
+    elif offset > maximum:
+        status, next_begin = "OFFSET_OVERFLOW_BADLY", maximum
+    if status:
+        return {
+            "status": status,
+            "rows": [],
+            "next_begin_offset": next_begin,
+            "min_offset": minimum,
+            "max_offset": maximum,
+            "metrics": {"seconds": round(time.monotonic() - started, 4)},
+        }
+    wanted = parse_tag_expression(tags)
+    codes = {tags_code(t) for t in wanted} if wanted is not None else None
+    scan_units = max(MAX_FILTER_MESSAGE_SIZE, max_num * 20) // 20
+    units = queue_units(
+        lake,
+        topic=topic,
+        queue=queue,
+        columns=["queue_offset", "commitlog_offset", "size", "tags_code"],
+        filter=(ds.field("queue_offset") >= offset) & (ds.field("queue_offset") < offset + scan_units),
+    ).to_pylist()
+    selected = []
+    status = "NO_MATCHED_MESSAGE"
+    for unit in units:
+        if len(selected) >= max_num:
+            break
+        next_begin = unit["queue_offset"] + 1
+        if codes is not None and unit["tags_code"] not in codes:
+            continue
+        selected.append(unit)
+    messages = read_messages(lake, [u["commitlog_offset"] for u in selected], segment_size=segment_size)
+    rows, filtered_by_tag = [], 0
+    for unit in selected:
+        message = messages.get(unit["commitlog_offset"])
+        if message is None:
+            if not rows:
+                status = "MESSAGE_WAS_REMOVING"
+            continue
+        if wanted is not None and message["tags"] not in wanted:
+            filtered_by_tag += 1  # same tagsCode, other tag: the client drops it
+            continue
+        rows.append(message)
+        status = "FOUND"
+    return {
+        "status": status,
+        "rows": rows,
+        "next_begin_offset": next_begin,
+        "min_offset": minimum,
+        "max_offset": maximum,
+        "metrics": {
+            "scanned_units": len(units),
+            "tag_collisions_removed": filtered_by_tag,
+            "seconds": round(time.monotonic() - started, 4),
+        },
+    }
+
+
+def query_time(
+    lake: Lake,
+    *,
+    topic: str,
+    queue: int,
+    at: int,
+    boundary: str = "lower",
+    units_per_file: int,
+    min_phy_offset: int = 0,
+    min_offsets: dict | None = None,
+) -> dict:
+    """Queue offset of the first message stored at or after ``at`` (``getOffsetInQueueByTime``)."""
+    units = queue_units(
+        lake, topic=topic, queue=queue, columns=["queue_offset", "commitlog_offset", "store_timestamp", "cq_file"]
+    ).to_pylist()
+    files: dict[str, list] = {}
+    for unit in units:
+        stored = unit["store_timestamp"] if unit["commitlog_offset"] >= min_phy_offset else -1
+        files.setdefault(unit["cq_file"], []).append((unit["commitlog_offset"], stored))
+    ordered = [(int(name) // 20, files[name]) for name in sorted(files)]
+    minimum = (min_offsets or {}).get(f"{topic}\t{queue}", units[0]["queue_offset"] if units else 0)
+    offset = offset_in_queue_by_time(
+        ordered, timestamp=at, boundary=boundary, min_logic_offset=minimum, min_phy_offset=min_phy_offset
+    )
+    return {"topic": topic, "queue_id": queue, "at": at, "boundary": boundary, "queue_offset": offset}
+
+
+def message_view(message: dict, *, full: bool) -> dict:
+    """A message as printed: body as text when it is UTF-8, else base64; properties and bytes only in full."""
+    body = message["body"] or b""
+    try:
+        text, encoding = body.decode("utf-8"), "utf8"
+    except UnicodeDecodeError:
+        text, encoding = base64.b64encode(body).decode("ascii"), "base64"
+    view = {
+        "physical_offset": message["physical_offset"],
+        "topic": message["topic"],
+        "queue_id": message["queue_id"],
+        "queue_offset": message["queue_offset"],
+        "store_timestamp": message["store_timestamp"],
+        "keys": " ".join(message["keys"] or []),
+        "tags": message["tags"],
+        "msg_id": message["msg_id"],
+        "uniq_key": message["uniq_key"],
+        "size": message["total_size"],
+        "body": text if full or len(text) <= 60 else text[:57] + "...",
+    }
+    if full:
+        view.update(
+            body_encoding=encoding,
+            properties=dict(message["properties"] or []),
+            born_host=message["born_host"],
+            store_host=message["store_host"],
+            born_timestamp=message["born_timestamp"],
+            sys_flag=message["sys_flag"],
+            reconsume_times=message["reconsume_times"],
+            flag=message["flag"],
+            body_crc=message["body_crc"],
+        )
+    return view

@@ -1,0 +1,211 @@
+"""The reput job: commitlog rows after the dispatch position → ``consumequeue``, ``indexfile``, ``indexfile_header``."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import pyarrow as pa
+from pyspark.sql import functions as F
+
+from rmqlake.config import Settings
+from rmqlake.formats.segment import segment_file_name, segment_start
+from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake.spark_io import read_table, stage_dataframe
+from rmqlake.lake.tables import INDEXFILE_HEADER
+from rmqlake.progress import Stages
+from rmqlake.steps.ingest import open_lake
+from rmqlake.transforms import reput as T
+
+log = logging.getLogger(__name__)
+DISPATCHED_APP_ID = "rmqlake.reput.dispatched"
+INDEX_ROW_GROUP_BYTES = 4 * 1024 * 1024
+
+
+def reput(spark, settings: Settings) -> dict:
+    """Dispatch every commitlog message after the last dispatched physical offset, and only those.
+
+    The new dispatch position is committed with the rows it produced (ledger
+    state and the app transaction ``rmqlake.reput.dispatched`` on each table),
+    so a re-run dispatches nothing twice.
+
+    Returns:
+        Metrics: ``from_offset``, ``to_offset``, ``rows_in`` (messages
+        dispatched), ``cq_units``, ``index_entries``, ``index_files_created``,
+        ``table_versions``, ``seconds``, ``stage_seconds``.
+    """
+    lake = open_lake(settings)
+    started = time.monotonic()
+
+    def work(run: LakeRun) -> dict:
+        return _reput(spark, settings, lake, run, started=started)
+
+    return run_with_retries(lake, "reput", work, retries=settings.lake.commit_retries)
+
+
+def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: float) -> dict:
+    store = settings.store
+    end = int(run.state.get("commitlog", {}).get("next_offset", 0))
+    state = run.state.setdefault("reput", {})
+    dispatched = int(state.get("dispatched_offset", 0))
+    minimum = _min_physical_offset(lake)
+    if dispatched < minimum:  # spec 4.3: dispatch fell behind deleted segments and jumps to the min offset
+        log.warning("dispatch position %d is below the commitlog min offset %d; skipping to it", dispatched, minimum)
+        dispatched = minimum
+    metrics = {
+        "from_offset": dispatched,
+        "to_offset": end,
+        "rows_in": 0,
+        "cq_units": 0,
+        "index_entries": 0,
+        "index_files_created": 0,
+    }
+    if dispatched >= end:
+        log.info("nothing to dispatch: dispatch position %d is the commitlog end", dispatched)
+        return {
+            **metrics,
+            "status": "up_to_date",
+            "table_versions": {},
+            "seconds": round(time.monotonic() - started, 3),
+        }
+
+    stages = Stages(log)
+    first_segment = segment_file_name(segment_start(dispatched, store.commitlog_segment_size))
+    messages = (
+        read_table(spark, lake, "commitlog", partition_filters=[("segment", ">=", first_segment)])
+        .filter(F.col("physical_offset") >= dispatched)
+        .select(*T.DISPATCH_COLUMNS)
+        .persist()
+    )
+    partitions = max(settings.spark.shuffle_partitions, 1)
+    with stages("consume queue") as note:
+        units = T.consume_queue_units(messages, units_per_file=store.cq_units_per_file)
+        cq_files = stage_dataframe(
+            run,
+            units.repartitionByRange(partitions, "topic", "queue_id", "queue_offset").sortWithinPartitions(
+                "topic", "queue_id", "queue_offset"
+            ),
+            "consumequeue",
+        )
+        summary = _cq_summary(spark, run)
+        dispatched_messages = messages.count()
+        note.update(rows=dispatched_messages, units=summary["units"], files=len(cq_files))
+    metrics.update(rows_in=dispatched_messages, cq_units=summary["units"])
+    if summary["last_store_timestamp"] is not None:
+        state["logics_msg_timestamp"] = summary["last_store_timestamp"]
+    run.op("consumequeue").app_transactions[DISPATCHED_APP_ID] = end
+
+    if store.message_index_enable:
+        with stages("index") as note:
+            created, entries, index_ts = _build_index(spark, settings, lake, run, messages, partitions=partitions)
+            note.update(rows=entries, files_created=created)
+        metrics.update(index_entries=entries, index_files_created=created)
+        if index_ts is not None:
+            state["index_msg_timestamp"] = index_ts
+    messages.unpersist()
+    state["dispatched_offset"] = end
+    with stages("commit"):
+        versions = run.commit()
+    seconds = time.monotonic() - started
+    metrics.update(
+        status="dispatched",
+        table_versions=versions,
+        seq=run.seq,
+        run_id=run.run_id,
+        seconds=round(seconds, 3),
+        stage_seconds=stages.seconds,
+        rows_per_second=round(metrics["rows_in"] / seconds, 1) if seconds else None,
+    )
+    log.info(
+        "dispatched offsets %d..%d: %d messages, %d CQ units, %d index entries (%d new index files) in %.1fs",
+        dispatched,
+        end,
+        metrics["rows_in"],
+        metrics["cq_units"],
+        metrics["index_entries"],
+        metrics["index_files_created"],
+        seconds,
+    )
+    return metrics
+
+
+def _min_physical_offset(lake: Lake) -> int:
+    live = [row["start_offset"] for row in lake.read_arrow("segments").to_pylist() if row["status"] != "deleted"]
+    return min(live, default=0)
+
+
+def _cq_summary(spark, run: LakeRun) -> dict:
+    """Units written and the store time of the last one (checkpoint.logicsMsgTimestamp)."""
+    staged = spark.read.parquet(run.staging_uri("consumequeue"))
+    row = staged.agg(
+        F.count(F.lit(1)).alias("units"),
+        F.max_by("store_timestamp", "commitlog_offset").alias("last_store_timestamp"),
+    ).collect()[0]
+    return {"units": row["units"], "last_store_timestamp": row["last_store_timestamp"]}
+
+
+def _build_index(spark, settings: Settings, lake: Lake, run: LakeRun, messages, *, partitions: int):
+    """Stage this run's index entries and the updated headers; returns (files created, entries, indexMsgTimestamp)."""
+    store = settings.store
+    keys = T.index_keys(messages, slots=store.index_slots)
+    ordered = T.order_keys(keys, partitions=partitions).persist()
+    counts = {row["partition"]: row["count"] for row in ordered.groupBy("partition").count().collect()}
+    headers = lake.read_arrow("indexfile_header").to_pylist()
+    last = max(headers, key=lambda h: h["index_file"]) if headers else None
+    open_file = (
+        T.OpenIndexFile(
+            name=last["index_file"],
+            entries=last["index_count"] - 1,
+            begin_timestamp=last["begin_timestamp"],
+            end_timestamp=last["end_timestamp"],
+            begin_phy_offset=last["begin_phy_offset"],
+            end_phy_offset=last["end_phy_offset"],
+            hash_slot_count=last["hash_slot_count"],
+        )
+        if last
+        else None
+    )
+    plan = T.plan_index(counts, open_file=open_file, max_entries=store.index_max_entries)
+    with_ordinals = T.add_ordinals(ordered, partition_starts=plan.partition_starts)
+    firsts = plan.first_ordinals()
+    if firsts:
+        wanted = sorted({o for o in firsts} | {o - 1 for o in firsts if o > 0})
+        times = {
+            r["ordinal"]: r["store_timestamp"]
+            for r in with_ordinals.filter(F.col("ordinal").isin(wanted)).select("ordinal", "store_timestamp").collect()
+        }
+        plan = T.name_new_files(
+            plan,
+            {o: times[o] for o in firsts},
+            {o: times[o] for o in wanted if o + 1 in firsts},
+            zone=settings.broker.timezone,
+            last_name=open_file.name if open_file else None,
+        )
+    numbered = T.number_entries(with_ordinals, plan=plan)
+    seeds = None
+    if open_file and plan.room > 0 and plan.total > 0:
+        existing = read_table(spark, lake, "indexfile", partition_filters=[("index_file", "=", open_file.name)])
+        seeds = (
+            existing.groupBy("slot")
+            .agg(F.max("index_no").alias("seed_index"))
+            .withColumn("index_file", F.lit(open_file.name))
+        )
+    rows = T.index_rows(T.chain_entries(numbered, seeds=seeds))
+    index_partitions = max(partitions, math.ceil(plan.total / 2_000_000))
+    sorted_rows = rows.repartitionByRange(index_partitions, "index_file", "slot").sortWithinPartitions(
+        "index_file", "slot", "index_no"
+    )
+    stage_dataframe(run, sorted_rows, "indexfile", options={"parquet.block.size": str(INDEX_ROW_GROUP_BYTES)})
+    ordered.unpersist()
+    aggregates = [r.asDict() for r in T.header_aggregates(spark.read.parquet(run.staging_uri("indexfile"))).collect()]
+    merged = T.merge_headers(headers, aggregates)
+    run.stage_arrow(
+        "indexfile_header", pa.Table.from_pylist(merged, schema=INDEXFILE_HEADER.arrow_schema), mode="overwrite"
+    )
+    end = int(run.state.get("commitlog", {}).get("next_offset", 0))
+    run.op("indexfile").app_transactions[DISPATCHED_APP_ID] = end
+    run.op("indexfile_header", mode="overwrite").app_transactions[DISPATCHED_APP_ID] = end
+    # checkpoint.indexMsgTimestamp: end time of the last full file, written when the next file is created
+    index_ts = merged[-2]["end_timestamp"] if plan.new_files and len(merged) > 1 else None
+    return len(plan.new_files), plan.total, index_ts

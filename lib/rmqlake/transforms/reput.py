@@ -1,0 +1,357 @@
+"""Reput: dispatch CommitLog rows to ConsumeQueue units and IndexFile entries (spec 2, 3, 4).
+
+The broker's ReputMessageService dispatches one record at a time. Here:
+
+* ConsumeQueue units need nothing sequential (queue offsets were assigned
+  at ingest): one row per NOT_TYPE/COMMIT message, tagsCode per spec 2.3.
+* IndexFile entries are numbered in dispatch order (physical offset, then
+  the key's position in the message): per-partition counts of a range-sorted
+  frame give each partition its first ordinal, which fixes each entry's file
+  and entry number; ``prev_index`` is the previous entry of the same file and
+  slot (a window), seeded for the open file by its last entry per slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from rmqlake.formats.consumequeue import cq_file_name, dispatch_tags_code
+from rmqlake.formats.indexfile import capacity, is_indexed, message_index_keys, next_file_name
+from rmqlake.formats.javahash import INT_MAX, index_key_hash
+from rmqlake.formats.record import consumes_queue_offset
+
+DISPATCH_COLUMNS = [
+    "physical_offset",
+    "total_size",
+    "sys_flag",
+    "store_timestamp",
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "tags",
+    "properties",
+    "uniq_key",
+]
+
+CQ_DDL = """topic string, queue_id int, queue_offset bigint, commitlog_offset bigint, size int, tags_code bigint,
+    store_timestamp bigint, cq_file string"""
+_CQ_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("queue_offset", pa.int64()),
+        ("commitlog_offset", pa.int64()),
+        ("size", pa.int32()),
+        ("tags_code", pa.int64()),
+        ("store_timestamp", pa.int64()),
+        ("cq_file", pa.string()),
+    ]
+)
+
+
+def cq_units_of_batch(batch: pa.RecordBatch, *, units_per_file: int) -> pa.RecordBatch:
+    """CQ units of the dispatchable messages of one Arrow batch of commitlog rows."""
+    columns = {name: batch.column(name).to_pylist() for name in DISPATCH_COLUMNS if name != "uniq_key"}
+    rows = []
+    for offset, size, flag, stored, topic, queue, queue_offset, tags, properties in zip(
+        *(columns[n] for n in DISPATCH_COLUMNS if n != "uniq_key"), strict=True
+    ):
+        if not consumes_queue_offset(flag):
+            continue
+        props = dict(properties) if properties else {}
+        try:
+            code = dispatch_tags_code(topic, tags, props, stored)
+        except ValueError:  # a non-numeric DELAY on the delay topic: the broker cannot parse it either
+            code = dispatch_tags_code(topic, tags, {}, stored)
+        rows.append(
+            (topic, queue, queue_offset, offset, size, code, stored, cq_file_name(queue_offset, units_per_file))
+        )
+    return pa.RecordBatch.from_arrays(
+        [pa.array([r[i] for r in rows], f.type) for i, f in enumerate(_CQ_SCHEMA)], schema=_CQ_SCHEMA
+    )
+
+
+def consume_queue_units(messages, *, units_per_file: int):
+    """One CQ unit per NOT_TYPE/COMMIT message (``consumequeue`` rows)."""
+
+    def units(batches):
+        for batch in batches:
+            yield cq_units_of_batch(batch, units_per_file=units_per_file)
+
+    return messages.select(*DISPATCH_COLUMNS).mapInArrow(units, CQ_DDL)
+
+
+KEYS_DDL = "physical_offset bigint, key_pos int, store_timestamp bigint, topic string, key_hash int, slot int"
+_KEYS_SCHEMA = pa.schema(
+    [
+        ("physical_offset", pa.int64()),
+        ("key_pos", pa.int32()),
+        ("store_timestamp", pa.int64()),
+        ("topic", pa.string()),
+        ("key_hash", pa.int32()),
+        ("slot", pa.int32()),
+    ]
+)
+
+
+def index_keys_of_batch(batch: pa.RecordBatch, *, slots: int) -> pa.RecordBatch:
+    """One row per index key of each indexed message, in the broker's key order."""
+    rows = []
+    for offset, flag, stored, topic, properties, uniq in zip(
+        *(
+            batch.column(n).to_pylist()
+            for n in ("physical_offset", "sys_flag", "store_timestamp", "topic", "properties", "uniq_key")
+        ),
+        strict=True,
+    ):
+        if not is_indexed(flag):
+            continue
+        keys = dict(properties).get("KEYS") if properties else None
+        for position, key in enumerate(message_index_keys(topic, uniq, keys)):
+            key_hash = index_key_hash(key)
+            rows.append((offset, position, stored, topic, key_hash, key_hash % slots))
+    return pa.RecordBatch.from_arrays(
+        [pa.array([r[i] for r in rows], f.type) for i, f in enumerate(_KEYS_SCHEMA)], schema=_KEYS_SCHEMA
+    )
+
+
+def index_keys(messages, *, slots: int):
+    """Index keys (``topic#UNIQ_KEY``, ``topic#token``...) of NOT_TYPE/PREPARED/COMMIT messages with hash and slot."""
+
+    def keys(batches):
+        for batch in batches:
+            yield index_keys_of_batch(batch, slots=slots)
+
+    return messages.select(*DISPATCH_COLUMNS).mapInArrow(keys, KEYS_DDL)
+
+
+def order_keys(keys, *, partitions: int):
+    """Keys in dispatch order, range-partitioned, with ``local_no`` (0-based position within the partition).
+
+    ``monotonically_increasing_id`` puts the partition in the upper bits and
+    the row's position in the lower 33 bits.
+    """
+    from pyspark.sql import functions as F
+
+    ordered = keys.repartitionByRange(partitions, "physical_offset", "key_pos").sortWithinPartitions(
+        "physical_offset", "key_pos"
+    )
+    row_id = F.monotonically_increasing_id()
+    return ordered.withColumn("partition", (row_id / (1 << 33)).cast("int")).withColumn(
+        "local_no", row_id.bitwiseAND((1 << 33) - 1)
+    )
+
+
+@dataclass(frozen=True)
+class OpenIndexFile:
+    """The last index file before this run: name, entries in it, header timestamps and offsets."""
+
+    name: str
+    entries: int
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    """Where this run's keys go: the open file's room, the new files' names and time bases."""
+
+    partition_starts: dict[int, int]
+    open_file: OpenIndexFile | None
+    room: int
+    per_file: int
+    total: int
+    new_files: tuple[str, ...] = ()
+    new_file_begin: tuple[int, ...] = ()
+    new_file_previous_end: tuple[int, ...] = ()
+
+    def file_of(self, ordinal: int) -> tuple[int, int]:
+        """(file number: 0 = open file, 1.. = new files; entry number) of the ``ordinal``-th key."""
+        if ordinal < self.room:
+            return 0, self.open_file.entries + 1 + ordinal
+        rest = ordinal - self.room
+        return 1 + rest // self.per_file, 1 + rest % self.per_file
+
+    def new_file_count(self) -> int:
+        if self.total <= self.room:
+            return 0
+        return (self.total - self.room + self.per_file - 1) // self.per_file
+
+    def first_ordinals(self) -> list[int]:
+        """Ordinals of the first key of each new file and of the key before it."""
+        return [self.room + k * self.per_file for k in range(self.new_file_count())]
+
+
+def plan_index(partition_counts: Mapping[int, int], *, open_file: OpenIndexFile | None, max_entries: int) -> IndexPlan:
+    """Prefix sums of keys per partition, and how many keys still fit the open file."""
+    starts, running = {}, 0
+    for partition in sorted(partition_counts):
+        starts[partition] = running
+        running += partition_counts[partition]
+    per_file = capacity(max_entries)
+    room = per_file - open_file.entries if open_file else 0
+    return IndexPlan(starts, open_file, max(room, 0), per_file, running)
+
+
+def name_new_files(
+    plan: IndexPlan, first_keys: Mapping[int, int], last_before: Mapping[int, int], *, zone: str, last_name: str | None
+) -> IndexPlan:
+    """Give new files their names and time bases from the store times of their first keys.
+
+    Args:
+        first_keys: ordinal → store time, for each new file's first key.
+        last_before: ordinal → store time, for the key just before each new
+            file's first key (the end time of the file it follows).
+        last_name: name of the newest existing index file.
+    """
+    names, begins, previous_ends = [], [], []
+    previous = last_name
+    for ordinal in plan.first_ordinals():
+        previous = next_file_name(previous, first_keys[ordinal], zone)
+        names.append(previous)
+        begins.append(first_keys[ordinal])
+        if ordinal - 1 in last_before:
+            previous_ends.append(last_before[ordinal - 1])
+        else:  # the key before is in the open file, or there is no earlier file at all
+            previous_ends.append(plan.open_file.end_timestamp if plan.open_file else 0)
+    return IndexPlan(
+        plan.partition_starts,
+        plan.open_file,
+        plan.room,
+        plan.per_file,
+        plan.total,
+        tuple(names),
+        tuple(begins),
+        tuple(previous_ends),
+    )
+
+
+def add_ordinals(ordered_keys, *, partition_starts: Mapping[int, int]):
+    """``ordinal``: the key's 0-based position in this run's dispatch order."""
+    from pyspark.sql import functions as F
+
+    if not partition_starts:
+        return ordered_keys.withColumn("ordinal", F.lit(0).cast("bigint"))
+    starts = F.create_map(*[F.lit(value) for item in sorted(partition_starts.items()) for value in item])
+    return ordered_keys.withColumn(
+        "ordinal", (F.element_at(starts, F.col("partition")) + F.col("local_no")).cast("bigint")
+    )
+
+
+def number_entries(with_ordinals, *, plan: IndexPlan):
+    """Index file, entry number and time diff of every key (SQL over a few literals per file)."""
+    from pyspark.sql import functions as F
+
+    open_entries = plan.open_file.entries if plan.open_file else 0
+    rest = F.col("ordinal") - F.lit(plan.room)
+    in_open = F.col("ordinal") < F.lit(plan.room)
+    file_no = F.when(in_open, F.lit(0)).otherwise(F.expr(f"(ordinal - {plan.room}) div {plan.per_file}") + 1)
+    index_no = F.when(in_open, F.col("ordinal") + F.lit(open_entries + 1)).otherwise(
+        F.pmod(rest, F.lit(plan.per_file)) + 1
+    )
+    names = [plan.open_file.name if plan.open_file else "", *list(plan.new_files)]
+    begins = [plan.open_file.begin_timestamp if plan.open_file else 0, *list(plan.new_file_begin)]
+    previous_ends = [0, *list(plan.new_file_previous_end)]
+
+    def pick(values, cast):
+        return F.element_at(F.array(*[F.lit(v).cast(cast) for v in values]), F.col("file_no") + 1)
+
+    frame = with_ordinals.withColumn("file_no", file_no.cast("int")).withColumn("index_no", index_no.cast("int"))
+    frame = frame.withColumn("index_file", pick(names, "string"))
+    # The first key of a new file is timed from the previous file's end (spec 3.5); no base before any file.
+    first_of_new = (F.col("file_no") > 0) & (F.col("index_no") == 1)
+    frame = frame.withColumn(
+        "time_base", F.when(first_of_new, pick(previous_ends, "bigint")).otherwise(pick(begins, "bigint"))
+    )
+    seconds = F.expr("(store_timestamp - time_base) div 1000")  # Java long division: truncates toward zero
+    clamped = F.when(F.col("time_base") <= 0, F.lit(0)).otherwise(
+        F.least(F.greatest(seconds, F.lit(0)), F.lit(INT_MAX))
+    )
+    return frame.withColumn("time_diff", clamped.cast("int")).drop("time_base")
+
+
+def chain_entries(numbered, *, seeds=None):
+    """``prev_index``: the previous entry of the same file and slot; for the first entry of a slot in
+    the open file, its last entry there before this run (``seeds``: index_file, slot, seed_index)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    window = Window.partitionBy("index_file", "slot").orderBy("index_no")
+    chained = numbered.withColumn("prev_in_run", F.lag("index_no").over(window))
+    if seeds is not None:
+        chained = chained.join(seeds, on=["index_file", "slot"], how="left")
+        previous = F.coalesce(F.col("prev_in_run"), F.col("seed_index"), F.lit(0))
+    else:
+        previous = F.coalesce(F.col("prev_in_run"), F.lit(0))
+    return chained.withColumn("prev_index", previous.cast("int"))
+
+
+INDEX_COLUMNS = [
+    "index_file",
+    "index_no",
+    "key_hash",
+    "slot",
+    "phy_offset",
+    "time_diff",
+    "prev_index",
+    "topic",
+    "store_timestamp",
+]
+
+
+def index_rows(chained):
+    """``indexfile`` rows."""
+    from pyspark.sql import functions as F
+
+    return chained.select(
+        "index_file",
+        "index_no",
+        "key_hash",
+        "slot",
+        F.col("physical_offset").alias("phy_offset"),
+        "time_diff",
+        "prev_index",
+        "topic",
+        "store_timestamp",
+    )
+
+
+def header_aggregates(rows):
+    """Per index file of this run: first/last key, keys that opened an empty slot, last entry number."""
+    from pyspark.sql import functions as F
+
+    return rows.groupBy("index_file").agg(
+        F.min_by("store_timestamp", "index_no").alias("first_timestamp"),
+        F.min_by("phy_offset", "index_no").alias("first_phy_offset"),
+        F.max_by("store_timestamp", "index_no").alias("last_timestamp"),
+        F.max_by("phy_offset", "index_no").alias("last_phy_offset"),
+        F.sum(F.when(F.col("prev_index") == 0, 1).otherwise(0)).alias("new_slots"),
+        F.max("index_no").alias("last_index_no"),
+        F.min("index_no").alias("first_index_no"),
+    )
+
+
+def merge_headers(existing: Iterable[Mapping], aggregates: Iterable[Mapping]) -> list[dict]:
+    """``indexfile_header`` rows after the run (the broker's header fields, spec 3.2)."""
+    headers = {row["index_file"]: dict(row) for row in existing}
+    for agg in aggregates:
+        name = agg["index_file"]
+        header = headers.get(name)
+        if header is None:
+            header = headers[name] = {
+                "index_file": name,
+                "begin_timestamp": agg["first_timestamp"],
+                "begin_phy_offset": agg["first_phy_offset"],
+                "hash_slot_count": 0,
+            }
+        header["end_timestamp"] = agg["last_timestamp"]
+        header["end_phy_offset"] = agg["last_phy_offset"]
+        header["hash_slot_count"] += agg["new_slots"]
+        header["index_count"] = agg["last_index_no"] + 1
+    return sorted(headers.values(), key=lambda h: h["index_file"])

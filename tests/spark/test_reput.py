@@ -1,0 +1,145 @@
+"""Reput against the sequential reference dispatcher (tests/reference.py, checked against RocketMQ's vectors)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rmqlake.generate import TopicPlan, generate
+from rmqlake.lake.spark_io import read_table
+from rmqlake.steps.ingest import ingest, open_lake
+from rmqlake.steps.reput import reput
+from tests.conftest import make_settings
+from tests.reference import RefBroker, RefConfig, RefDispatcher
+
+pytestmark = pytest.mark.spark
+
+TOPICS = {"OrderEvents": 8, "UserProfile": 4, "Clickstream": 4}
+SEGMENT = 8192
+SLOTS, ENTRIES, UNITS = 16, 40, 50  # tiny: slot collisions everywhere, many index files and CQ files
+
+
+def settings_for(tmp_path: Path, *overrides: str):
+    return make_settings(
+        tmp_path / "lake",
+        f"store.commitlog_segment_size={SEGMENT}",
+        f"store.index_slots={SLOTS}",
+        f"store.index_max_entries={ENTRIES}",
+        f"store.cq_units_per_file={UNITS}",
+        "ingest.sort_partitions=3",
+        *overrides,
+    )
+
+
+def reference(java_oracle, files_per_batch: list[list[str]], **dispatcher) -> tuple[RefBroker, RefDispatcher]:
+    broker = RefBroker(
+        RefConfig(segment_size=SEGMENT, queue_counts=dict(TOPICS), compaction_topics=frozenset({"UserProfile"})),
+        java_oracle,
+    )
+    for files in files_per_batch:
+        broker.ingest_files(files)
+    ref = RefDispatcher(SLOTS, ENTRIES, UNITS, **dispatcher)
+    for message in broker.messages:
+        ref.dispatch(message)
+    return broker, ref
+
+
+def table(spark, settings, name, order):
+    return [r.asDict() for r in read_table(spark, open_lake(settings), name).orderBy(*order).collect()]
+
+
+def assert_tables_match(spark, settings, ref: RefDispatcher) -> None:
+    cq = table(spark, settings, "consumequeue", ["commitlog_offset"])
+    assert cq == sorted(ref.units, key=lambda u: u["commitlog_offset"])
+    index = table(spark, settings, "indexfile", ["index_file", "index_no"])
+    expected = ref.index_rows()
+    assert len(index) == len(expected)
+    for got, want in zip(index, expected, strict=True):
+        assert {k: got[k] for k in want} == want, (got, want)
+    headers = sorted(open_lake(settings).read_arrow("indexfile_header").to_pylist(), key=lambda h: h["index_file"])
+    assert headers == ref.header_rows()
+
+
+def _generated(tmp_path: Path, *, hours: int = 2, messages: int = 700, seed: int = 4) -> Path:
+    topics = [TopicPlan(name, queues, name == "UserProfile") for name, queues in TOPICS.items()]
+    generate(tmp_path / "in", messages=messages, topics=topics, hours=hours, bad_rate=0.0, seed=seed)
+    return tmp_path / "in" / "landing"
+
+
+def _hour_files(landing: Path, hour: int) -> list[str]:
+    return [str(p) for p in sorted(landing.glob(f"dt=*/hour={hour:02d}/*.jsonl"))]
+
+
+def test_reput_matches_the_reference_dispatcher(spark, tmp_path, java_oracle):
+    landing = _generated(tmp_path)
+    settings = settings_for(tmp_path)
+    ingest(spark, settings, input_path=str(landing))
+    metrics = reput(spark, settings)
+    broker, ref = reference(java_oracle, [_hour_files(landing, 0) + _hour_files(landing, 1)])
+    assert metrics["rows_in"] == len(broker.messages)
+    assert metrics["index_entries"] == len(ref.index_rows())
+    assert len(ref.files) > 10 and metrics["index_files_created"] == len(ref.files)
+    assert_tables_match(spark, settings, ref)
+    state = open_lake(settings).state()
+    assert state["reput"]["dispatched_offset"] == broker.next_offset
+    assert state["reput"]["index_msg_timestamp"] == ref.index_msg_timestamp
+    assert reput(spark, settings)["status"] == "up_to_date"
+
+
+def test_interleaved_ingest_and_reput_equal_one_reput_over_everything(spark, tmp_path, java_oracle):
+    landing = _generated(tmp_path, hours=3, messages=600, seed=9)
+    settings = settings_for(tmp_path)
+    for hour in range(3):
+        ingest(spark, settings, input_path=str(landing / "dt=2026-11-21" / f"hour={hour:02d}"))
+        if hour != 1:  # two ingests between the second and third reput
+            reput(spark, settings)
+    _, ref = reference(java_oracle, [_hour_files(landing, h) for h in range(3)])
+    assert_tables_match(spark, settings, ref)
+
+
+def test_index_switch_and_transaction_types(spark, tmp_path, java_oracle):
+    lines = [
+        {"topic": "OrderEvents", "body": "a", "bornTimestamp": 1000, "keys": "k1  k2", "uniqKey": "U1"},
+        {"topic": "OrderEvents", "body": "b", "bornTimestamp": 2000, "keys": "k1", "transaction": "PREPARED"},
+        {"topic": "OrderEvents", "body": "c", "bornTimestamp": 3000, "keys": "k1", "transaction": "ROLLBACK"},
+        {
+            "topic": "OrderEvents",
+            "body": "d",
+            "bornTimestamp": 4000,
+            "keys": "k1",
+            "transaction": "COMMIT",
+            "tags": "TagPay",
+        },
+        {
+            "topic": "SCHEDULE_TOPIC_XXXX",
+            "body": "e",
+            "bornTimestamp": 5000,
+            "queueId": 2,
+            "tags": "TagD",
+            "properties": {"DELAY": "3", "REAL_TOPIC": "OrderEvents", "REAL_QID": "0"},
+        },
+    ]
+    path = tmp_path / "in" / "tx.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    settings = settings_for(tmp_path)
+    ingest(spark, settings, input_path=str(path))
+    reput(spark, settings)
+    _, ref = reference(java_oracle, [[str(path)]])
+    assert_tables_match(spark, settings, ref)
+    cq = table(spark, settings, "consumequeue", ["commitlog_offset"])
+    assert [(u["topic"], u["tags_code"]) for u in cq] == [
+        ("OrderEvents", 0),
+        ("OrderEvents", -1797388594),  # COMMIT: TagPay, negative hash stays negative
+        ("SCHEDULE_TOPIC_XXXX", 5000 + 10_000),  # delay level 3: delivery time
+    ]
+    index = table(spark, settings, "indexfile", ["index_no"])
+    assert len(index) == 3 + 2 + 0 + 2 + 1  # U1 k1 k2 | uniq k1 (PREPARED) | none (ROLLBACK) | uniq k1 | uniq
+
+    off = settings_for(tmp_path / "off", "store.message_index_enable=false")
+    ingest(spark, off, input_path=str(path))
+    metrics = reput(spark, off)
+    assert metrics["index_entries"] == 0 and metrics["cq_units"] == 3
+    assert not open_lake(off).exists("indexfile")

@@ -1,0 +1,41 @@
+"""getOffsetInQueueByTime, case by case (ConsumeQueue.binarySearchInQueueByTime)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rmqlake.formats.consumequeue import offset_in_queue_by_time
+
+# one file starting at queue offset 0: (commitlog offset, store time)
+FILE = [(0, 100), (10, 100), (20, 200), (30, 300), (40, 300), (50, 300), (60, 500)]
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "boundary", "expected"),
+    [
+        (300, "lower", 3),  # equal times widen to the first equal unit
+        (300, "upper", 5),  # ... or to the last
+        (100, "lower", 0),
+        (250, "lower", 3),  # no unit at 250: the unit after it
+        (250, "upper", 2),  # ... or before it
+        (600, "lower", 7),  # every unit is earlier: one past the last
+        (600, "upper", 6),
+        (50, "lower", 0),  # every unit is later: the file's first offset
+        (50, "upper", 0),  # ... and 0 for upper
+    ],
+)
+def test_single_file(timestamp, boundary, expected):
+    assert offset_in_queue_by_time([(0, FILE)], timestamp=timestamp, boundary=boundary) == expected
+
+
+def test_file_chosen_by_its_last_unit_and_min_offsets_respected():
+    files = [(0, [(0, 10), (1, 20)]), (2, [(2, 30), (3, 40)]), (4, [(4, 50)])]
+    assert offset_in_queue_by_time(files, timestamp=35, boundary="lower") == 3
+    assert offset_in_queue_by_time(files, timestamp=45, boundary="lower") == 4  # last file
+    assert offset_in_queue_by_time(files, timestamp=45, boundary="upper") == 3
+    # units whose message is gone (below the commitlog min offset) count as too old
+    assert offset_in_queue_by_time([(0, FILE)], timestamp=100, boundary="lower", min_phy_offset=25) == 3
+    # the first unit at or above the min offset is later than the time: the broker answers the file's first
+    # offset, even though it is below the queue's min offset
+    assert offset_in_queue_by_time([(0, FILE)], timestamp=100, boundary="lower", min_logic_offset=2) == 0
+    assert offset_in_queue_by_time([(0, FILE)], timestamp=250, boundary="lower", min_logic_offset=2) == 3
