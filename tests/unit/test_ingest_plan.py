@@ -79,6 +79,10 @@ def test_partition_stats_count_round_robin_by_ordinal_modulo_queues():
         ("rr_consuming", "T", None, 0): 1,  # ordinal 1 is PREPARED
         ("rr_consuming", "U", None, 0): 1,  # COMMIT consumes an offset
         ("queue", "T", 1, None): 1,
+        ("topic_messages", "T", None, None): 3,
+        ("topic_bytes", "T", None, None): 300,
+        ("topic_messages", "U", None, None): 1,
+        ("topic_bytes", "U", None, None): 100,
     }
 
 
