@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from rmqlake.config import load_settings
 from rmqlake.generate import TopicPlan, generate
 from rmqlake.logs import configure_logging
 from rmqlake.report import render_table
+from rmqlake.steps.ingest import open_lake
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,38 +39,56 @@ def main(argv: list[str] | None = None) -> int:
 
     from rmqlake.session import get_spark
     from rmqlake.steps.ingest import ingest
+    from rmqlake.steps.reput import reput
 
     spark = get_spark(settings.spark, conf_dir=args.conf, app_name="rmqlake-demo")
-    started = time.monotonic()
-    ingested = ingest(spark, settings, input_path=str(Path(args.data) / "landing"))
-    seconds = time.monotonic() - started
-    segments = len({row["segment"] for row in _segments(settings)})
-    print()
-    print(
-        render_table(
-            [
-                {
-                    "messages": ingested["rows_out"],
-                    "rejected lines": ingested["rejected"],
-                    "commitlog bytes (padding included)": ingested["commitlog_bytes"],
-                    "segments": segments,
-                    "rate (messages/s)": round(ingested["rows_out"] / seconds),
-                    "batch": ingested["batch_id"],
-                }
-            ]
+    landing = Path(args.data) / "landing"
+    hours = sorted(p for p in landing.glob("dt=*/hour=*"))
+    runs = []
+    for hour in hours:  # one batch per landing hour, each followed by reput, as the hourly pipeline does
+        ingested = ingest(spark, settings, input_path=str(hour))
+        dispatched = reput(spark, settings)
+        runs.append(
+            {
+                "batch": f"{hour.parent.name}/{hour.name}",
+                "messages": ingested["rows_out"],
+                "rejected": ingested["rejected"],
+                "commitlog MB": round(ingested["commitlog_bytes"] / 1e6, 1),
+                "ingest s": ingested["seconds"],
+                "ingest msg/s": round(ingested["rows_per_second"] or 0),
+                "CQ units": dispatched["cq_units"],
+                "index entries": dispatched["index_entries"],
+                "reput s": dispatched["seconds"],
+            }
         )
+    print()
+    print(render_table(runs))
+    lake = open_lake(settings)
+    segments = lake.read_arrow("segments").to_pylist()
+    print(
+        f"\n{len(segments)} segments of {settings.store.commitlog_segment_size:,} bytes; "
+        f"{sum(s['padding_bytes'] for s in segments):,} bytes of end-of-segment padding"
     )
+    key, topic = _a_key(lake)
     root = Path(settings.lake.root).resolve()
     print(
         f"""
 Tables (Delta Lake) under {root}:
-  {root}/commitlog     one row per message, partitioned by segment
-  {root}/segments      one row per commitlog segment
-  {root}/rejected      bad input lines with file, line and reason
-  {root}/ingest_files  input files already ingested (re-runs skip them)
+  commitlog         one row per message, partitioned by segment
+  segments          one row per commitlog segment
+  rejected          bad input lines with file, line and reason
+  ingest_files      input files already ingested (re-runs skip them)
+  consumequeue      one unit per dispatchable message, partitioned by topic and queue
+  indexfile         index entries (hash chains), partitioned by index file
+  indexfile_header  one header per index file
 
-Look at them:
-  .venv/bin/rmqlake status
+Ask it what a broker would answer:
+  .venv/bin/rmqlake status --env local
+  .venv/bin/rmqlake query key --env local --topic {topic} --key {key}
+  .venv/bin/rmqlake query offset --env local --topic {topic} --queue 0 --offset 0 --max 5 --tags 'TagA || TagB'
+  .venv/bin/rmqlake query time --env local --topic {topic} --queue 0 --at 2026-11-21T01:30:00Z
+
+Or read the tables with any Delta reader:
   .venv/bin/python -c "from deltalake import DeltaTable; print(DeltaTable('{root}/segments').to_pandas())"
   .venv/bin/python -c "import duckdb; from deltalake import DeltaTable; \\
 t = DeltaTable('{root}/commitlog').to_pyarrow_dataset(); \\
@@ -82,10 +100,18 @@ print(duckdb.sql('select topic, count(*), sum(total_size) from t group by topic'
     return 0
 
 
-def _segments(settings):
-    from rmqlake.steps.ingest import open_lake
+def _a_key(lake) -> tuple[str, str]:
+    """A key that many messages share, to make the example query interesting."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
 
-    return open_lake(settings).read_arrow("segments").to_pylist()
+    table = lake.scan("commitlog", columns=["topic", "keys"], filter=ds.field("topic") == "OrderEvents")
+    keys = pc.list_flatten(table.column("keys"))
+    if len(keys) == 0:
+        return "order-000001", "OrderEvents"
+    counts = pc.value_counts(keys).to_pylist()
+    best = max(counts, key=lambda c: c["counts"])
+    return best["values"], "OrderEvents"
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from rmqlake.formats.msgid import decode_offset_msg_id
 from rmqlake.formats.properties import split_keys
 from rmqlake.formats.segment import segment_file_name, segment_start
 from rmqlake.lake import Lake
+from rmqlake.timeutil import iso
 
 log = logging.getLogger(__name__)
 
@@ -394,7 +395,7 @@ def message_view(message: dict, *, full: bool) -> dict:
         "topic": message["topic"],
         "queue_id": message["queue_id"],
         "queue_offset": message["queue_offset"],
-        "store_timestamp": message["store_timestamp"],
+        "store_time": iso(message["store_timestamp"]),
         "keys": " ".join(message["keys"] or []),
         "tags": message["tags"],
         "msg_id": message["msg_id"],
@@ -404,6 +405,7 @@ def message_view(message: dict, *, full: bool) -> dict:
     }
     if full:
         view.update(
+            store_timestamp=message["store_timestamp"],
             body_encoding=encoding,
             properties=dict(message["properties"] or []),
             born_host=message["born_host"],
