@@ -210,7 +210,7 @@ def cmd_query(args, settings) -> int:
     from rmqlake.steps.ingest import open_lake
     from rmqlake.timeutil import parse_timestamp
 
-    lake = open_lake(settings)
+    lake = open_lake(settings, read_only=True)
     store = settings.store
     state = lake.state()
     min_offsets = state.get("expire", {}).get("queue_min_offsets", {})

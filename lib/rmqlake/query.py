@@ -246,7 +246,7 @@ def queue_units(lake: Lake, *, topic: str, queue: int, columns: list[str], filte
     return lake.scan(
         "consumequeue",
         columns=columns,
-        partitions=[("topic", "=", topic), ("queue_id", "=", str(queue))],
+        partitions=[("topic", "=", topic), ("queue_id", "=", queue)],
         filter=filter,
     ).sort_by("queue_offset")
 

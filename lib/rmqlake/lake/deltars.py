@@ -28,15 +28,25 @@ class DeltaRsEngine:
 
     name = "delta-rs"
 
-    def __init__(self, root: str, *, storage_options: Mapping[str, str] | None = None):
+    def __init__(self, root: str, *, storage_options: Mapping[str, str] | None = None, pin_snapshots: bool = False):
         self.root = root
         self.storage_options = dict(storage_options or {})
+        # Lookups pin each table at the version first read: one log replay per table per query process.
+        self._pinned: dict[str, DeltaTable | None] | None = {} if pin_snapshots else None
+        self._datasets: dict = {}
 
     def uri(self, table: str) -> str:
         return f"{self.root}/{table}"
 
     def open(self, table: str, *, version: int | None = None) -> DeltaTable | None:
         """The table at ``version`` (latest when ``None``), or ``None`` if it does not exist."""
+        if self._pinned is not None and version is None:
+            if table not in self._pinned:
+                self._pinned[table] = self._load(table, None)
+            return self._pinned[table]
+        return self._load(table, version)
+
+    def _load(self, table: str, version: int | None) -> DeltaTable | None:
         try:
             return DeltaTable(self.uri(table), version=version, storage_options=self.storage_options or None)
         except TableNotFoundError:
@@ -169,12 +179,20 @@ class DeltaRsEngine:
             for row in rows
         ]
 
-    def dataset(self, table: str, *, partitions=None, version: int | None = None):
-        """A pyarrow dataset over the table's current files (partition-pruned)."""
+    def dataset(self, table: str, *, version: int | None = None):
+        """A pyarrow dataset over the table's files; partition columns are fields, so filters on them prune files."""
+        if self._pinned is not None and version is None:
+            key = f"dataset:{table}"
+            if key not in self._datasets:
+                self._datasets[key] = self._dataset(table, None)
+            return self._datasets[key]
+        return self._dataset(table, version)
+
+    def _dataset(self, table: str, version: int | None):
         dt = self.open(table, version=version)
         if dt is None:
             raise FileNotFoundError(f"table {self.uri(table)} does not exist")
-        return dt.to_pyarrow_dataset(partitions=partitions)
+        return dt.to_pyarrow_dataset()
 
     def read_arrow(self, table: str, *, columns: Sequence[str] | None = None, version: int | None = None) -> pa.Table:
         """A whole small table as Arrow (metadata tables only; never message rows)."""

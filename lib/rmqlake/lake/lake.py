@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from rmqlake.errors import CommitConflictError, LakeStateError
@@ -68,6 +69,8 @@ class Lake:
 
     Args:
         root: local folder or object-store URI holding the tables.
+        read_only: pin every table at the first version read (lookups: one
+            log replay per table); such a Lake cannot start runs.
         storage_options: delta-rs / object-store options.
         staging_grace_hours: staged files of runs that never committed are
             removed once they are this old (younger ones may belong to a
@@ -81,13 +84,15 @@ class Lake:
         storage_options: Mapping[str, str] | None = None,
         engine: str = "delta-rs",
         staging_grace_hours: float = 24.0,
+        read_only: bool = False,
     ):
         self.root = normalize_root(root)
         self.storage_options = dict(storage_options or {})
         self.storage = Storage(self.root, self.storage_options)
         if engine != "delta-rs":
             raise ValueError(f"unknown lake engine {engine!r}; available: delta-rs")
-        self.engine = DeltaRsEngine(self.root, storage_options=self.storage_options)
+        self.engine = DeltaRsEngine(self.root, storage_options=self.storage_options, pin_snapshots=read_only)
+        self.read_only = read_only
         self.staging_grace_hours = staging_grace_hours
 
     # -- reading -----------------------------------------------------------------
@@ -117,14 +122,24 @@ class Lake:
     ) -> pa.Table:
         """Rows of ``table`` matching ``filter`` (a pyarrow dataset expression), read with pyarrow.
 
-        ``partitions`` prunes partition folders; row groups whose statistics
-        cannot match ``filter`` are skipped. For lookups, not for bulk jobs.
+        ``partitions`` (``[(column, "=" | "in", value)]``) prunes partition
+        folders; row groups whose statistics cannot match ``filter`` are
+        skipped. For lookups and metadata, not for bulk jobs.
         """
         spec = table_spec(table)
         if not self.exists(table):
             schema = spec.arrow_schema
             return schema.empty_table().select(list(columns)) if columns else schema.empty_table()
-        dataset = self.engine.dataset(table, partitions=partitions, version=version)
+        dataset = self.engine.dataset(table, version=version)
+        for column, op, value in partitions or []:
+            field_type = dataset.schema.field(column).type
+            if op == "=":
+                clause = ds.field(column) == pa.scalar(value).cast(field_type)
+            elif op == "in":
+                clause = ds.field(column).isin(pa.array(list(value)).cast(field_type))
+            else:
+                raise ValueError(f"partition filter operator {op!r} is not supported (use '=' or 'in')")
+            filter = clause if filter is None else clause & filter
         return dataset.to_table(columns=list(columns) if columns else None, filter=filter)
 
     def file_stats(self, table: str, columns: Sequence[str]) -> list[dict]:
@@ -143,6 +158,8 @@ class Lake:
     # -- runs ---------------------------------------------------------------------
     def begin(self, job: str, *, run_id: str | None = None, batch_id: str | None = None) -> LakeRun:
         """Start a run: finish any run that was decided but not fully applied, then read the state."""
+        if self.read_only:
+            raise ValueError("this Lake was opened read_only (pinned snapshots, for lookups); open another to write")
         self.roll_forward()
         self._sweep_staging()
         base = read_ledger(self.root, storage_options=self.storage_options, create=True)

@@ -31,6 +31,8 @@ from rmqlake.transforms import ingest as T
 from rmqlake.transforms.segments import update_segments
 
 log = logging.getLogger(__name__)
+# Small row groups: a lookup by physical offset reads one row group per message, not a whole file.
+COMMITLOG_ROW_GROUP_BYTES = 1024 * 1024
 
 
 def parse_options(settings: Settings) -> ParseOptions:
@@ -50,12 +52,14 @@ def parse_options(settings: Settings) -> ParseOptions:
     )
 
 
-def open_lake(settings: Settings) -> Lake:
+def open_lake(settings: Settings, *, read_only: bool = False) -> Lake:
+    """The lake of ``settings`` (``read_only``: pinned snapshots for lookups)."""
     return Lake(
         settings.lake.root,
         storage_options=settings.lake.storage_options,
         engine=settings.lake.engine,
         staging_grace_hours=settings.lake.staging_grace_hours,
+        read_only=read_only,
     )
 
 
@@ -178,7 +182,12 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
                 default_queue_count=default_count,
                 segment_size=store.commitlog_segment_size,
             )
-            commitlog_files = stage_dataframe(run, placed.withColumn("batch_id", F.lit(batch_id)), "commitlog")
+            commitlog_files = stage_dataframe(
+                run,
+                placed.withColumn("batch_id", F.lit(batch_id)),
+                "commitlog",
+                options={"parquet.block.size": str(COMMITLOG_ROW_GROUP_BYTES)},
+            )
             batch_segments = _segment_aggregates(spark, run)
             note.update(
                 rows=messages,

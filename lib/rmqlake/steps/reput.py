@@ -72,12 +72,8 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
 
     stages = Stages(log)
     first_segment = segment_file_name(segment_start(dispatched, store.commitlog_segment_size))
-    messages = (
-        read_table(spark, lake, "commitlog", partition_filters=[("segment", ">=", first_segment)])
-        .filter(F.col("physical_offset") >= dispatched)
-        .select(*T.DISPATCH_COLUMNS)
-        .persist()
-    )
+    commitlog = read_table(spark, lake, "commitlog", partition_filters=[("segment", ">=", first_segment)])
+    messages = T.dispatch_requests(commitlog.filter(F.col("physical_offset") >= dispatched)).persist()
     partitions = max(settings.spark.shuffle_partitions, 1)
     with stages("consume queue") as note:
         units = T.consume_queue_units(messages, units_per_file=store.cq_units_per_file)

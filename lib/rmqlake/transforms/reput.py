@@ -32,9 +32,22 @@ DISPATCH_COLUMNS = [
     "queue_id",
     "queue_offset",
     "tags",
-    "properties",
     "uniq_key",
+    "keys_property",
+    "delay_property",
 ]
+
+
+def dispatch_requests(commitlog):
+    """What the dispatchers read of each record (the broker's DispatchRequest): no body, two properties."""
+    from pyspark.sql import functions as F
+
+    return commitlog.select(
+        *[c for c in DISPATCH_COLUMNS if not c.endswith("_property")],
+        F.element_at("properties", F.lit("KEYS")).alias("keys_property"),
+        F.element_at("properties", F.lit("DELAY")).alias("delay_property"),
+    )
+
 
 CQ_DDL = """topic string, queue_id int, queue_offset bigint, commitlog_offset bigint, size int, tags_code bigint,
     store_timestamp bigint, cq_file string"""
@@ -54,14 +67,14 @@ _CQ_SCHEMA = pa.schema(
 
 def cq_units_of_batch(batch: pa.RecordBatch, *, units_per_file: int) -> pa.RecordBatch:
     """CQ units of the dispatchable messages of one Arrow batch of commitlog rows."""
-    columns = {name: batch.column(name).to_pylist() for name in DISPATCH_COLUMNS if name != "uniq_key"}
+    names = ["physical_offset", "total_size", "sys_flag", "store_timestamp", "topic", "queue_id", "queue_offset"]
     rows = []
-    for offset, size, flag, stored, topic, queue, queue_offset, tags, properties in zip(
-        *(columns[n] for n in DISPATCH_COLUMNS if n != "uniq_key"), strict=True
+    for offset, size, flag, stored, topic, queue, queue_offset, tags, delay in zip(
+        *(batch.column(n).to_pylist() for n in [*names, "tags", "delay_property"]), strict=True
     ):
         if not consumes_queue_offset(flag):
             continue
-        props = dict(properties) if properties else {}
+        props = {} if delay is None else {"DELAY": delay}
         try:
             code = dispatch_tags_code(topic, tags, props, stored)
         except ValueError:  # a non-numeric DELAY on the delay topic: the broker cannot parse it either
@@ -100,16 +113,15 @@ _KEYS_SCHEMA = pa.schema(
 def index_keys_of_batch(batch: pa.RecordBatch, *, slots: int) -> pa.RecordBatch:
     """One row per index key of each indexed message, in the broker's key order."""
     rows = []
-    for offset, flag, stored, topic, properties, uniq in zip(
+    for offset, flag, stored, topic, keys, uniq in zip(
         *(
             batch.column(n).to_pylist()
-            for n in ("physical_offset", "sys_flag", "store_timestamp", "topic", "properties", "uniq_key")
+            for n in ("physical_offset", "sys_flag", "store_timestamp", "topic", "keys_property", "uniq_key")
         ),
         strict=True,
     ):
         if not is_indexed(flag):
             continue
-        keys = dict(properties).get("KEYS") if properties else None
         for position, key in enumerate(message_index_keys(topic, uniq, keys)):
             key_hash = index_key_hash(key)
             rows.append((offset, position, stored, topic, key_hash, key_hash % slots))
