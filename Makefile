@@ -39,6 +39,8 @@ lint: $(STAMP) ## ruff check and format check
 
 bench: $(STAMP) ## benchmarks: figures and ratios against baselines measured in the same run
 	$(BIN)/python bench/ingest_bench.py
+	$(BIN)/python bench/reput_bench.py
+	$(BIN)/python bench/compact_bench.py
 
 package: $(STAMP) ## dist/rmqlake.zip (for spark-submit --py-files) and a wheel
 	rm -rf dist && mkdir -p dist

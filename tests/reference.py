@@ -163,6 +163,7 @@ class RefBroker:
             "body_crc": zlib.crc32(body) & 0x7FFFFFFF,
             "properties_bytes": props,
             "keys": [t for t in (keys or "").split(" ") if t],
+            "keys_property": keys,
             "tags": tags,
             "uniq_key": uniq,
             "source_file": path,

@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "reput", parents=[common], help="dispatch new commitlog messages -> consumequeue, indexfile, indexfile_header"
     )
+    compact = commands.add_parser(
+        "compact", parents=[common], help="latest message per key of COMPACTION topics -> compaction_log, compaction_cq"
+    )
+    compact.add_argument("--topic", help="compact only this COMPACTION topic (default: all of them)")
+    compact.add_argument("--now", help="time recorded for the run (epoch ms or ISO-8601; default: now)")
     commands.add_parser("status", parents=[common], help="store state: offsets, segments, checkpoints, disk use")
 
     query = commands.add_parser("query", help="look messages up as the broker does")
@@ -89,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     by_offset.add_argument("--max", type=int, default=32, help="at most this many (default 32, a pull batch)")
     by_offset.add_argument("--tags", default="*", help="subscription: '*' or 'TagA || TagB'")
     by_offset.add_argument("--full", action="store_true", help="show every field and the whole body")
+    by_offset.add_argument(
+        "--compacted", action="store_true", help="read the compacted queue (compaction_cq) of a COMPACTION topic"
+    )
     by_id = kinds.add_parser("msgid", parents=[common], help="a message by offsetMsgId or UNIQ_KEY")
     by_id.add_argument("id", help="offsetMsgId (32/56 hex) or UNIQ_KEY")
     by_id.add_argument("--topic", help="topic, to look a UNIQ_KEY up in one topic only")
@@ -183,6 +191,13 @@ def cmd_reput(args, settings) -> int:
     return 0
 
 
+def cmd_compact(args, settings) -> int:
+    from rmqlake.steps.compact import compact
+
+    _emit(args, compact(_spark(settings, args, "compact"), settings, topic=args.topic, now=_now(args.now)))
+    return 0
+
+
 def cmd_status(args, settings) -> int:
     from rmqlake.steps.status import status
 
@@ -194,6 +209,7 @@ def cmd_status(args, settings) -> int:
                 {"kind": "store", **report["store"]},
                 *({"kind": "queue", **q} for q in report["queues"]),
                 *({"kind": "topic", **t} for t in report["topics"]),
+                *({"kind": "run", **r} for r in report["runs"]),
             ],
         )
     else:
@@ -202,6 +218,10 @@ def cmd_status(args, settings) -> int:
         _emit(args, report["topics"])
         sys.stdout.write("\n")
         _emit(args, report["queues"])
+        for run in report["runs"]:
+            details = ", ".join(f"{k}={v}" for k, v in run.items() if k != "job")
+            sys.stdout.write(f"\nlast {run['job']}: {details}")
+        sys.stdout.write("\n")
     return 0
 
 
@@ -240,6 +260,10 @@ def cmd_query(args, settings) -> int:
             slots=store.index_slots,
             segment_size=store.commitlog_segment_size,
         )
+    elif args.query_kind == "offset" and args.compacted:
+        result = Q.query_compacted_offset(
+            lake, topic=args.topic, queue=args.queue, offset=args.offset, max_num=args.max, tags=args.tags
+        )
     elif args.query_kind == "offset":
         result = Q.query_offset(
             lake,
@@ -276,7 +300,14 @@ def _min_physical_offset(lake) -> int:
     return min(live, default=0)
 
 
-COMMANDS.update(generate=cmd_generate, ingest=cmd_ingest, reput=cmd_reput, status=cmd_status, query=cmd_query)
+COMMANDS.update(
+    generate=cmd_generate,
+    ingest=cmd_ingest,
+    reput=cmd_reput,
+    compact=cmd_compact,
+    status=cmd_status,
+    query=cmd_query,
+)
 
 
 def _emit(args, result: dict | list[dict]) -> None:

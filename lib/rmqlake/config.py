@@ -39,6 +39,7 @@ class StoreSettings(_Section):
     index_slots: int = Field(5000000, ge=1)
     index_max_entries: int = Field(20000000, ge=2)
     message_index_enable: bool = True
+    compaction_cq_file_size: int = Field(10485760, ge=46, le=INT_MAX)
 
     @model_validator(mode="after")
     def _index_file_fits_an_int(self) -> StoreSettings:

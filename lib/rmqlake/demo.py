@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"generated {summary['messages']} messages and {summary['bad_lines']} bad lines in {args.data}/landing")
 
     from rmqlake.session import get_spark
+    from rmqlake.steps.compact import compact
     from rmqlake.steps.ingest import ingest
     from rmqlake.steps.reput import reput
 
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     for hour in hours:  # one batch per landing hour, each followed by reput, as the hourly pipeline does
         ingested = ingest(spark, settings, input_path=str(hour))
         dispatched = reput(spark, settings)
+        compacted = compact(spark, settings)
         runs.append(
             {
                 "batch": f"{hour.parent.name}/{hour.name}",
@@ -59,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
                 "CQ units": dispatched["cq_units"],
                 "index entries": dispatched["index_entries"],
                 "reput s": dispatched["seconds"],
+                "compacted keys": compacted["messages_kept"],
+                "tombstones": compacted["tombstones_applied"],
+                "compact s": compacted["seconds"],
             }
         )
     print()
@@ -70,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(s['padding_bytes'] for s in segments):,} bytes of end-of-segment padding"
     )
     key, topic = _a_key(lake)
+    compacted_topic = next(iter(settings.compaction_topics()), topic)
     root = Path(settings.lake.root).resolve()
     print(
         f"""
@@ -81,12 +87,15 @@ Tables (Delta Lake) under {root}:
   consumequeue      one unit per dispatchable message, partitioned by topic and queue
   indexfile         index entries (hash chains), partitioned by index file
   indexfile_header  one header per index file
+  compaction_log    latest message per key of COMPACTION topics ({", ".join(settings.compaction_topics())})
+  compaction_cq     the compacted queues (original queue offsets, with gaps)
 
 Ask it what a broker would answer:
   .venv/bin/rmqlake status --env local
   .venv/bin/rmqlake query key --env local --topic {topic} --key {key}
   .venv/bin/rmqlake query offset --env local --topic {topic} --queue 0 --offset 0 --max 5 --tags 'TagA || TagB'
   .venv/bin/rmqlake query time --env local --topic {topic} --queue 0 --at 2026-11-21T01:30:00Z
+  .venv/bin/rmqlake query offset --env local --topic {compacted_topic} --queue 0 --offset 0 --compacted
 
 Or read the tables with any Delta reader:
   .venv/bin/python -c "from deltalake import DeltaTable; print(DeltaTable('{root}/segments').to_pandas())"

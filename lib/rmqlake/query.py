@@ -356,6 +356,69 @@ def query_offset(
     }
 
 
+def query_compacted_offset(
+    lake: Lake, *, topic: str, queue: int, offset: int, max_num: int = DEFAULT_PULL_BATCH, tags: str | None = "*"
+) -> dict:
+    """Messages of a compacted queue from ``offset`` (``CompactionLog.getMessage`` + the client's tag check).
+
+    The compacted queue keeps original queue offsets and has gaps; reading
+    from an offset in a gap starts at the next kept one
+    (``iterateFromOrNext``). As in the broker there is no OFFSET_TOO_SMALL
+    here and no tagsCode filter; the client still drops other tags.
+    """
+    started = time.monotonic()
+    partition = [("topic", "=", topic), ("queue_id", "=", queue)]
+    offsets = lake.scan("compaction_cq", columns=["queue_offset"], partitions=partition).column("queue_offset")
+    minimum = pc.min(offsets).as_py() if len(offsets) else 0
+    maximum = pc.max(offsets).as_py() + 1 if len(offsets) else 0
+    status, next_begin, rows = None, offset, []
+    if maximum == 0:
+        status, next_begin = "NO_MESSAGE_IN_QUEUE", 0
+    elif offset == maximum:
+        status = "OFFSET_OVERFLOW_ONE"
+    elif offset > maximum:
+        status, next_begin = "OFFSET_OVERFLOW_BADLY", minimum if minimum == 0 else maximum
+    else:
+        units = (
+            lake.scan(
+                "compaction_cq",
+                columns=["queue_offset", "commitlog_offset"],
+                partitions=partition,
+                filter=ds.field("queue_offset") >= offset,
+            )
+            .sort_by("queue_offset")
+            .slice(0, max_num)
+            .to_pylist()
+        )
+        wanted = parse_tag_expression(tags)
+        found = lake.scan(
+            "compaction_log",
+            columns=MESSAGE_COLUMNS,
+            partitions=partition,
+            filter=ds.field("physical_offset").isin([u["commitlog_offset"] for u in units]),
+        ).to_pylist()
+        by_offset = {m["physical_offset"]: m for m in found}
+        status = "NO_MATCHED_MESSAGE"
+        for unit in units:
+            next_begin = unit["queue_offset"] + 1
+            message = by_offset.get(unit["commitlog_offset"])
+            if message is None:
+                status = "MESSAGE_WAS_REMOVING" if not rows else status
+                continue
+            status = "FOUND"
+            if wanted is None or message["tags"] in wanted:
+                rows.append(message)
+    return {
+        "status": status,
+        "rows": rows,
+        "next_begin_offset": next_begin,
+        "min_offset": minimum,
+        "max_offset": maximum,
+        "compacted": True,
+        "metrics": {"seconds": round(time.monotonic() - started, 4)},
+    }
+
+
 def query_time(
     lake: Lake,
     *,

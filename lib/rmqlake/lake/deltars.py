@@ -97,7 +97,8 @@ class DeltaRsEngine:
             DataFile(
                 path=a["path"],
                 size=a["size_bytes"],
-                partition_values=dict(a.get("partition") or {}),
+                # the log keeps partition values as strings; delta-rs hands them back typed
+                partition_values={k: None if v is None else str(v) for k, v in (a.get("partition") or {}).items()},
                 modification_time=a.get("modification_time") or 0,
                 num_records=a.get("num_records") or 0,
             )

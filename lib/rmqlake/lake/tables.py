@@ -141,8 +141,33 @@ INDEXFILE_HEADER = TableSpec(
     "one 40-byte IndexFile header per index file",
 )
 
+COMPACTION_LOG = TableSpec(
+    "compaction_log",
+    "segment string, " + MESSAGE_COLUMNS,
+    ("topic", "queue_id"),
+    "the latest message per KEYS of each COMPACTION topic queue: commitlog columns, original offsets kept",
+)
+COMPACTION_CQ = TableSpec(
+    "compaction_cq",
+    CONSUMEQUEUE.ddl,
+    ("topic", "queue_id"),
+    "units of the compacted queues: original queue offsets (with gaps); cq_file is the sparse queue file "
+    "(46-byte units in compactionCqMappedFileSize files)",
+)
+
 TABLES: dict[str, TableSpec] = {
-    spec.name: spec for spec in (COMMITLOG, SEGMENTS, REJECTED, INGEST_FILES, CONSUMEQUEUE, INDEXFILE, INDEXFILE_HEADER)
+    spec.name: spec
+    for spec in (
+        COMMITLOG,
+        SEGMENTS,
+        REJECTED,
+        INGEST_FILES,
+        CONSUMEQUEUE,
+        INDEXFILE,
+        INDEXFILE_HEADER,
+        COMPACTION_LOG,
+        COMPACTION_CQ,
+    )
 }
 
 

@@ -41,11 +41,49 @@ def status(settings: Settings) -> dict:
         "checkpoint_index": iso(reput.get("index_msg_timestamp")),
         "index_files": len(lake.read_arrow("indexfile_header", columns=["index_file"])),
     }
+    positions = ledger.state.get("compaction", {}).get("positions", {})
     topics = [
-        {"topic": topic, "messages": totals["messages"], "bytes": totals["bytes"]}
+        {
+            "topic": topic,
+            "messages": totals["messages"],
+            "bytes": totals["bytes"],
+            "cleanup_policy": settings.topics[topic].cleanup_policy if topic in settings.topics else "DELETE",
+            "compacted_up_to": positions.get(topic),
+        }
         for topic, totals in sorted(commitlog.get("topics", {}).items())
     ]
-    return {"store": store, "topics": topics, "queues": _queues(lake, commitlog, expire)}
+    return {
+        "store": store,
+        "topics": topics,
+        "queues": _queues(lake, commitlog, expire),
+        "runs": _last_runs(ledger.state.get("runs", {})),
+    }
+
+
+RUN_SUMMARY_KEYS = {
+    "ingest": ("rows_in", "rows_out", "rejected", "commitlog_bytes", "seconds"),
+    "compact": (
+        "topics",
+        "messages_read",
+        "keys",
+        "messages_kept",
+        "tombstones_applied",
+        "bytes_before",
+        "bytes_after",
+        "ratio",
+        "seconds",
+    ),
+}
+
+
+def _last_runs(runs: dict) -> list[dict]:
+    """The latest run of each job that records one, with its headline metrics."""
+    rows = []
+    for job, metrics in sorted(runs.items()):
+        keys = RUN_SUMMARY_KEYS.get(job, ())
+        summary = {k: metrics.get(k) for k in keys}
+        rows.append({"job": job, "seq": metrics.get("seq"), "at": metrics.get("at"), **summary})
+    return rows
 
 
 def _queues(lake, commitlog: dict, expire: dict) -> list[dict]:
