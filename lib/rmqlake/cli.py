@@ -76,6 +76,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compact.add_argument("--topic", help="compact only this COMPACTION topic (default: all of them)")
     compact.add_argument("--now", help="time recorded for the run (epoch ms or ISO-8601; default: now)")
+    expire = commands.add_parser("expire", parents=[common], help="apply the broker's file-deletion rules as of --now")
+    expire.add_argument(
+        "--now", required=True, help="the run's time (epoch ms or ISO-8601); Airflow passes its logical date"
+    )
+    expire.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    expire.add_argument(
+        "--manual", action="store_true", help="executeDeleteFilesManually: the next 20 runs delete at any hour"
+    )
+    vacuum = commands.add_parser(
+        "vacuum", parents=[common], help="delete data files removed from the tables longer ago than the retention"
+    )
+    vacuum.add_argument("--dry-run", action="store_true", help="list what would go, delete nothing")
+    offsets = commands.add_parser("offsets", parents=[common], help="consumer offset snapshots -> consumer_offsets")
+    offsets.add_argument("--input", required=True, help="a consumerOffset.json file or a folder of them")
+    offsets.add_argument("--as-of", help="snapshot time (epoch ms or ISO-8601; default: from the file name)")
+    lag = commands.add_parser("lag", parents=[common], help="consumer lag per group, topic and queue")
+    lag.add_argument("--group", help="only this consumer group")
     commands.add_parser("status", parents=[common], help="store state: offsets, segments, checkpoints, disk use")
 
     query = commands.add_parser("query", help="look messages up as the broker does")
@@ -198,6 +215,61 @@ def cmd_compact(args, settings) -> int:
     return 0
 
 
+def cmd_expire(args, settings) -> int:
+    from rmqlake.steps.expire import expire
+
+    spark = _spark(settings, args, "expire")
+    result = expire(spark, settings, now=_now(args.now), dry_run=args.dry_run, manual=args.manual)
+    if args.json:
+        _emit(args, result)
+        return 0
+    summary = {k: v for k, v in result.items() if k not in ("segments", "data_loss", "trigger", "disk")}
+    _emit(args, {**summary, **{f"disk_{k}": v for k, v in result.get("disk", {}).items()}})
+    if result.get("segments"):
+        sys.stdout.write("\n")
+        _emit(args, [{k: v for k, v in s.items() if k != "topics"} for s in result["segments"]])
+    if result.get("data_loss"):
+        sys.stdout.write("\nunconsumed messages deleted:\n")
+        _emit(args, result["data_loss"])
+    return 0
+
+
+def cmd_vacuum(args, settings) -> int:
+    from rmqlake.steps.vacuum import vacuum
+
+    _emit(args, vacuum(settings, dry_run=args.dry_run))
+    return 0
+
+
+def cmd_offsets(args, settings) -> int:
+    from rmqlake.steps.offsets import load_offsets
+    from rmqlake.timeutil import parse_timestamp
+
+    as_of = parse_timestamp(args.as_of, option="--as-of") if args.as_of else None
+    _emit(args, load_offsets(settings, input_path=args.input, as_of=as_of))
+    return 0
+
+
+def cmd_lag(args, settings) -> int:
+    from rmqlake.steps.offsets import lag
+
+    report = lag(settings, group=args.group)
+    if args.json:
+        _emit(
+            args,
+            [
+                *({"kind": "queue", **r} for r in report["latest"]),
+                *({"kind": "history", **r} for r in report["history"]),
+            ],
+        )
+        return 0
+    _emit(args, report["latest"] or [{"consumer_offsets": 0}])
+    if report["history"]:
+        sys.stdout.write("\nlag per snapshot:\n")
+        _emit(args, report["history"])
+    return 0
+
+
 def cmd_status(args, settings) -> int:
     from rmqlake.steps.status import status
 
@@ -305,6 +377,10 @@ COMMANDS.update(
     ingest=cmd_ingest,
     reput=cmd_reput,
     compact=cmd_compact,
+    expire=cmd_expire,
+    vacuum=cmd_vacuum,
+    offsets=cmd_offsets,
+    lag=cmd_lag,
     status=cmd_status,
     query=cmd_query,
 )

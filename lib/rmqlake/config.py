@@ -63,6 +63,8 @@ class RetentionSettings(_Section):
     disk_capacity_bytes: int = Field(536870912000, ge=1)
     disk_other_used_bytes: int = Field(0, ge=0)
     max_segments_per_run: int = Field(10, ge=1)
+    clean_file_forcibly_enable: bool = True
+    refuse_on_data_loss: bool = False
 
     @field_validator("delete_when", mode="before")
     @classmethod
@@ -106,6 +108,9 @@ class HostsSettings(_Section):
         return str(parse_host(value))
 
 
+DELTA_DELETED_FILE_RETENTION_HOURS = 168  # delta.deletedFileRetentionDuration default, enforced by delta-rs vacuum
+
+
 class LakeSettings(_Section):
     """Where the tables live and which Delta engine commits them."""
 
@@ -114,6 +119,18 @@ class LakeSettings(_Section):
     storage_options: dict[str, str] = Field(default_factory=dict)
     commit_retries: int = Field(2, ge=0, le=10)
     staging_grace_hours: float = Field(24.0, ge=0)
+    vacuum_retention_hours: float = Field(168.0, ge=0)
+    vacuum_below_delta_retention: bool = False
+
+    @model_validator(mode="after")
+    def _deliberate_short_vacuum(self) -> LakeSettings:
+        if self.vacuum_retention_hours < DELTA_DELETED_FILE_RETENTION_HOURS and not self.vacuum_below_delta_retention:
+            raise ValueError(
+                f"vacuum_retention_hours={self.vacuum_retention_hours:g} is below Delta's deleted-file retention "
+                f"({DELTA_DELETED_FILE_RETENTION_HOURS} h): readers on an older version and time travel would lose "
+                "files. Set lake.vacuum_below_delta_retention=true to do it deliberately"
+            )
+        return self
 
 
 class SparkSettings(_Section):
@@ -143,6 +160,7 @@ class IngestSettings(_Section):
     split_bytes: int = Field(128 * 1024 * 1024, ge=1024)
     sort_partitions: int | None = Field(None, ge=1)
     log_rejects: int = Field(20, ge=0)
+    write_when_disk_full: bool = False
 
 
 class TopicSettings(_Section):

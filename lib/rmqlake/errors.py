@@ -1,6 +1,6 @@
 """The errors rmqlake raises on purpose. The CLI maps them to exit codes.
 
-``ConfigError`` and ``UsageError`` exit 2, ``InputError``, ``CommitConflictError``
+``ConfigError`` and ``UsageError`` exit 2, ``InputError``, ``CommitConflictError``, ``RefusedError``
 and ``CheckFailedError`` exit 1. Each message names the file, line, key or
 setting at fault and says what was found against what was expected.
 """
@@ -40,3 +40,7 @@ class CheckFailedError(RmqlakeError):
 
 class LakeStateError(RmqlakeError):
     """The lake refuses the operation in its current state (e.g. disk full)."""
+
+
+class RefusedError(RmqlakeError):
+    """The lake's state forbids the work (e.g. the disk-full flag for ingest); nothing was written."""

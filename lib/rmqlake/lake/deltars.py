@@ -172,6 +172,7 @@ class DeltaRsEngine:
         return [
             {
                 "path": row["path"],
+                "size": row.get("size_bytes"),
                 "partition": row.get("partition") or {},
                 "num_records": row.get("num_records"),
                 "min": {c: (row.get("min") or {}).get(c) for c in columns},
@@ -201,6 +202,22 @@ class DeltaRsEngine:
         if dt is None:
             raise FileNotFoundError(f"table {self.uri(table)} does not exist")
         return dt.to_pyarrow_table(columns=list(columns) if columns else None)
+
+    def vacuum(self, table: str, *, retention_hours: float, dry_run: bool, below_table_retention: bool) -> list[str]:
+        """Files removed from the table more than ``retention_hours`` ago (deleted unless ``dry_run``).
+
+        delta-rs refuses a retention under the table's
+        ``delta.deletedFileRetentionDuration`` (7 days by default) unless told
+        to; ``below_table_retention`` is that deliberate choice, made in config.
+        """
+        dt = self.open(table)
+        if dt is None:
+            return []
+        return dt.vacuum(
+            retention_hours=int(retention_hours),
+            dry_run=dry_run,
+            enforce_retention_duration=not below_table_retention,
+        )
 
     def history(self, table: str, *, limit: int | None = None) -> list[dict]:
         dt = self.open(table)

@@ -289,6 +289,7 @@ class LakeRun:
         Statistics come from the Parquet footers (no data is read).
         """
         staging = f"{table}/{STAGING_DIR}/{self.run_id}"
+        spec = table_spec(table).partition_by  # other folder levels group files, they are not partitions
         files = []
         for entry in self.lake.storage.list_files(staging):
             if not entry.path.endswith(".parquet") or entry.path.rsplit("/", 1)[-1].startswith(("_", ".")):
@@ -301,7 +302,7 @@ class LakeRun:
                 DataFile(
                     path=entry.path,
                     size=entry.size,
-                    partition_values=partition_values_from_path(entry.path),
+                    partition_values={k: v for k, v in partition_values_from_path(entry.path).items() if k in spec},
                     modification_time=entry.mtime_ms,
                     stats=stats,
                     num_records=num_records,

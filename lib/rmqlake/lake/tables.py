@@ -154,6 +154,13 @@ COMPACTION_CQ = TableSpec(
     "units of the compacted queues: original queue offsets (with gaps); cq_file is the sparse queue file "
     "(46-byte units in compactionCqMappedFileSize files)",
 )
+CONSUMER_OFFSETS = TableSpec(
+    "consumer_offsets",
+    "topic string, group string, queue_id int, offset bigint, as_of timestamp, source_file string",
+    (),
+    "consumer offset snapshots (consumerOffset.json), one row per group, topic, queue and snapshot "
+    "(source_file is extra)",
+)
 
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
@@ -167,6 +174,7 @@ TABLES: dict[str, TableSpec] = {
         INDEXFILE_HEADER,
         COMPACTION_LOG,
         COMPACTION_CQ,
+        CONSUMER_OFFSETS,
     )
 }
 

@@ -97,7 +97,7 @@ def _compact(
     stages = Stages(log)
     first_segment = segment_file_name(segment_start(min(pending.values()), settings.store.commitlog_segment_size))
     commitlog = read_table(spark, lake, "commitlog", partition_filters=[("segment", ">=", first_segment)])
-    new = T.dispatched_messages(commitlog, positions=pending, end=dispatched).persist()
+    new = T.dispatched_messages(commitlog, positions=pending, end=dispatched)
     with stages("read") as note:
         queues = sorted(
             (r["topic"], r["queue_id"]) for r in new.select("topic", "queue_id").distinct().collect()
@@ -106,26 +106,21 @@ def _compact(
     for name in pending:
         state.setdefault("positions", {})[name] = dispatched
     if not queues:
-        new.unpersist()
         return _commit(run, metrics, stages, started=started, now=now, dispatched=dispatched)
 
     removed_log = _partition_files(lake, "compaction_log", queues)
     removed_cq = _partition_files(lake, "compaction_cq", queues)
     old = _compacted_rows(spark, lake, queues)
     combined = new.withColumn("is_new", F.lit(True)).unionByName(old.withColumn("is_new", F.lit(False)))
-    flagged = T.latest_per_key(combined).persist()
     partitions = max(settings.spark.shuffle_partitions, 1)
     with stages("compact") as note:
-        kept = flagged.filter("keep").select(*COMMITLOG.columns)
-        stage_dataframe(
-            run,
-            kept.repartition(partitions, "topic", "queue_id").sortWithinPartitions("topic", "queue_id", "queue_offset"),
-            "compaction_log",
-        )
-        stats = T.compaction_stats(flagged).collect()[0].asDict()
+        # one shuffle of whole rows (by queue: the window and the write reuse it), then a cheap pass over
+        # the keys alone for the stats
+        by_queue = combined.repartition(partitions, "topic", "queue_id")
+        kept = T.latest_per_key(by_queue).filter("keep").select(*COMMITLOG.columns)
+        stage_dataframe(run, kept.sortWithinPartitions("topic", "queue_id", "queue_offset"), "compaction_log")
+        stats = T.compaction_stats(T.latest_per_key(T.key_columns(combined))).collect()[0].asDict()
         note.update(rows=stats["messages_read"], kept=stats["messages_kept"])
-    flagged.unpersist()
-    new.unpersist()
     if stats["messages_kept"]:  # else every key of these queues was removed: nothing staged to index
         with stages("queue index") as note:
             compacted = spark.read.parquet(run.staging_uri("compaction_log"))

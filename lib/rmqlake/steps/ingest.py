@@ -12,7 +12,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from rmqlake.config import Settings
-from rmqlake.errors import UsageError
+from rmqlake.errors import RefusedError, UsageError
 from rmqlake.inputs import (
     Fingerprint,
     InputFile,
@@ -90,6 +90,23 @@ def ingest(
     return run_with_retries(lake, "ingest", work, retries=settings.lake.commit_retries, batch_id=batch_id)
 
 
+def _refuse_when_disk_full(state: dict, settings: Settings) -> None:
+    """The broker rejects puts while its DISK_FULL flag is set (RunningFlags.isWriteable); so does ingest."""
+    expire = state.get("expire", {})
+    if not expire.get("disk_full"):
+        return
+    usage = expire.get("disk_usage")
+    if settings.ingest.write_when_disk_full:
+        log.warning("the disk-full flag is set (usage %s); writing anyway: ingest.write_when_disk_full=true", usage)
+        return
+    raise RefusedError(
+        f"the lake's disk-full flag is set: the last expire run measured disk usage {usage} above "
+        f"retention.disk_warning_ratio ({settings.retention.disk_warning_ratio}), so a broker would reject writes "
+        "(SERVICE_NOT_AVAILABLE). Nothing was written. Run `rmqlake expire` to free space (the flag clears once "
+        "usage is at or below retention.disk_clean_forcibly_ratio), or --set ingest.write_when_disk_full=true"
+    )
+
+
 def _fingerprints(spark, files: list[InputFile]) -> list[Fingerprint]:
     if len(files) == 1 or sum(f.size for f in files) < 64 * 1024 * 1024:
         return [fingerprint(f) for f in files]
@@ -125,6 +142,7 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
             "table_versions": {},
             "seconds": round(time.monotonic() - started, 3),
         }
+    _refuse_when_disk_full(run.state, settings)
     batch_id = (
         batch_id
         or "b-" + hashlib.sha256("\n".join(f"{f.path}\t{f.size}\t{f.sha256}" for f in new).encode()).hexdigest()[:16]

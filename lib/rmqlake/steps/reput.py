@@ -83,6 +83,7 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
                 "topic", "queue_id", "queue_offset"
             ),
             "consumequeue",
+            file_groups="cq_file",  # a data file never spans two CQ files: expiry removes whole CQ files
         )
         summary = _cq_summary(spark, run)
         dispatched_messages = messages.count()

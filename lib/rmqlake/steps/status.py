@@ -40,6 +40,9 @@ def status(settings: Settings) -> dict:
         "checkpoint_logics": iso(reput.get("logics_msg_timestamp")),
         "checkpoint_index": iso(reput.get("index_msg_timestamp")),
         "index_files": len(lake.read_arrow("indexfile_header", columns=["index_file"])),
+        "disk_full": bool(expire.get("disk_full", False)),
+        "disk_usage": expire.get("disk_usage"),
+        "last_expire_now": iso(expire.get("last_now")),
     }
     positions = ledger.state.get("compaction", {}).get("positions", {})
     topics = [
@@ -62,6 +65,7 @@ def status(settings: Settings) -> dict:
 
 RUN_SUMMARY_KEYS = {
     "ingest": ("rows_in", "rows_out", "rejected", "commitlog_bytes", "seconds"),
+    "expire": ("segments_deleted", "cq_files_deleted", "index_files_deleted", "unconsumed_messages_deleted"),
     "compact": (
         "topics",
         "messages_read",

@@ -60,8 +60,15 @@ def latest_per_key(messages):
     by_key = Window.partitionBy("topic", "queue_id", KEY).orderBy(F.col("queue_offset").desc())
     latest = F.col(KEY).isNotNull() & (F.row_number().over(by_key) == 1)
     flagged = messages.withColumn("is_latest", latest)
-    has_body = F.coalesce(F.length("body"), F.lit(0)) > 0
-    return flagged.withColumn("keep", F.col("is_latest") & has_body)
+    length = F.col("body_length") if "body_length" in messages.columns else F.length("body")
+    return flagged.withColumn("keep", F.col("is_latest") & (F.coalesce(length, F.lit(0)) > 0))
+
+
+def key_columns(messages):
+    """What compaction decides on, without the bodies: the stats pass reads only these."""
+    return messages.select(
+        "topic", "queue_id", KEY, "queue_offset", "total_size", "is_new", F.length("body").alias("body_length")
+    )
 
 
 def compaction_stats(flagged, *, new_rows: str = "is_new"):

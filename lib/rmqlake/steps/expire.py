@@ -1,0 +1,419 @@
+"""The expiry job: the broker's file-deletion rules as of ``now`` (spec 6; rules in formats/retention.py).
+
+Everything is decided from metadata — the ``segments`` rows, the Delta add
+actions of ``consumequeue`` (one data file never spans two CQ files, and its
+statistics give the commitlog offset of the CQ file's last unit) and the
+index headers — so the cost follows the number of files deleted, not the
+bytes stored. Deletion removes whole data files in one run: commitlog
+segment partitions, CQ files, index file partitions; nothing is rewritten.
+The ledger commit makes the whole cascade visible or none of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+from pyspark.sql import functions as F
+
+from rmqlake.config import Settings
+from rmqlake.errors import CheckFailedError
+from rmqlake.formats import retention as R
+from rmqlake.formats.consumequeue import CQ_UNIT_SIZE
+from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake.actions import DataFile, partition_values_from_path
+from rmqlake.lake.spark_io import group_folder, read_table
+from rmqlake.lake.tables import INDEXFILE_HEADER, SEGMENTS
+from rmqlake.progress import Stages
+from rmqlake.steps.ingest import open_lake
+from rmqlake.timeutil import iso
+
+log = logging.getLogger(__name__)
+EXPIRE_APP_ID = "rmqlake.expire.now"
+CQ_GROUP = group_folder("cq_file")
+
+
+@dataclass
+class QueueFiles:
+    """The CQ files of one queue, from the consumequeue table's add actions."""
+
+    files: dict[str, list[DataFile]] = field(default_factory=dict)  # CQ file name -> its data files
+    last_unit_offset: dict[str, int] = field(default_factory=dict)  # CQ file -> commitlog offset of its last unit
+    first_unit_offset: dict[str, int] = field(default_factory=dict)  # CQ file -> commitlog offset of its first unit
+    min_queue_offset: dict[str, int] = field(default_factory=dict)
+    max_queue_offset: int = -1
+
+
+def expire(spark, settings: Settings, *, now: datetime, dry_run: bool = False, manual: bool = False) -> dict:
+    """Apply the broker's deletion rules as of ``now``.
+
+    ``manual`` is the broker's ``executeDeleteFilesManually``: the next 20
+    runs delete expired files whatever the hour. A run with the same ``now``
+    as the last applied run changes nothing (re-runs and retries of one
+    scheduled run are idempotent); a backlog over ``max_segments_per_run``
+    drains over the following runs.
+
+    Returns:
+        Metrics and the plan: ``trigger``, ``disk``, ``segments`` (deleted or,
+        with ``dry_run``, to delete: name, bytes, reason, messages per topic),
+        ``cq_files_deleted``, ``index_files_deleted``, ``min_physical_offset``,
+        ``data_loss`` (unconsumed messages per group and topic), ``status``.
+    """
+    lake = open_lake(settings)
+    started = time.monotonic()
+
+    def work(run: LakeRun) -> dict:
+        return _expire(spark, settings, lake, run, now=now, dry_run=dry_run, manual=manual, started=started)
+
+    return run_with_retries(lake, "expire", work, retries=settings.lake.commit_retries)
+
+
+def _expire(
+    spark, settings: Settings, lake: Lake, run: LakeRun, *, now: datetime, dry_run: bool, manual: bool, started: float
+) -> dict:
+    retention, store = settings.retention, settings.store
+    now_ms = int(now.timestamp() * 1000)
+    state = run.state.setdefault("expire", {})
+    if state.get("last_now") == now_ms and not manual and not dry_run:
+        log.info("expire as of %s was already applied (ledger seq %s); nothing to do", iso(now_ms), run.base.seq)
+        return {"status": "already_applied", "now": iso(now_ms), "segments": [], "table_versions": {}}
+    stages = Stages(log)
+    segments = lake.read_arrow("segments").to_pylist()
+    live = sorted((s for s in segments if s["status"] != "deleted"), key=lambda s: s["start_offset"])
+    with stages("inventory") as note:
+        queues = _queue_files(lake)
+        headers = sorted(lake.read_arrow("indexfile_header").to_pylist(), key=lambda h: h["index_file"])
+        cq_file_count = sum(len(q.files) for q in queues.values())
+        note.update(segments=len(live), cq_files=cq_file_count, index_files=len(headers))
+    used = R.disk_usage_bytes(
+        live_segments=len(live),
+        segment_size=store.commitlog_segment_size,
+        cq_files=cq_file_count,
+        cq_units_per_file=store.cq_units_per_file,
+        index_files=len(headers),
+        index_slots=store.index_slots,
+        index_max_entries=store.index_max_entries,
+        other_used_bytes=retention.disk_other_used_bytes,
+    )
+    disk = R.check_disk(
+        used / retention.disk_capacity_bytes,
+        was_full=bool(state.get("disk_full", False)),
+        max_used_ratio=retention.disk_max_used_ratio,
+        clean_forcibly=retention.disk_clean_forcibly_ratio,
+        warning=retention.disk_warning_ratio,
+    )
+    manual_left = R.MAX_MANUAL_DELETE_RUNS if manual else int(state.get("manual_runs_left", 0))
+    trigger = R.decide(
+        now_ms=now_ms,
+        delete_when=retention.delete_when,
+        zone=settings.broker.timezone,
+        disk=disk,
+        manual_runs_left=manual_left,
+        clean_forcibly_enable=retention.clean_file_forcibly_enable,
+    )
+    files = [R.SegmentFile(s["segment"], s["start_offset"], s["last_store_timestamp"] or 0) for s in live]
+    doomed = R.segments_to_delete(
+        files,
+        trigger=trigger,
+        now_ms=now_ms,
+        reserved_hours=retention.file_reserved_hours,
+        batch_max=retention.max_segments_per_run,
+    )
+    old_min = live[0]["start_offset"] if live else 0
+    new_min = live[len(doomed)]["start_offset"] if doomed else old_min
+    with stages("cascade") as note:
+        cq_doomed = _cq_cascade(queues, min_physical_offset=new_min) if doomed else {}
+        index_doomed = (
+            R.index_files_to_delete(
+                [(h["index_file"], h["end_phy_offset"]) for h in headers], min_physical_offset=new_min
+            )
+            if doomed
+            else []
+        )
+        min_offsets = dict(state.get("queue_min_offsets", {}))
+        corrected = _corrected_min_offsets(lake, queues, cq_doomed, new_min, store) if doomed else {}
+        note.update(cq_files=sum(len(v) for v in cq_doomed.values()), index_files=len(index_doomed))
+    plan_segments = _segment_plan(spark, lake, doomed, segment_size=store.commitlog_segment_size)
+    loss = _data_loss(lake, queues, min_offsets, corrected)
+    metrics = {
+        "now": iso(now_ms),
+        "dry_run": dry_run,
+        "trigger": {
+            "deletes": trigger.deletes,
+            "time_up": trigger.time_up,
+            "space_to_delete": disk.space_to_delete,
+            "manual": trigger.manual,
+            "manual_runs_left": trigger.manual_runs_left,
+            "clean_at_once": trigger.clean_at_once,
+        },
+        "disk": {
+            "used_bytes": used,
+            "capacity_bytes": retention.disk_capacity_bytes,
+            "usage": round(disk.usage, 6),
+            "disk_full": disk.disk_full,
+            "freed_bytes": len(doomed) * store.commitlog_segment_size
+            + sum(len(v) for v in cq_doomed.values()) * store.cq_units_per_file * CQ_UNIT_SIZE
+            + len(index_doomed) * _index_file_bytes(settings),
+        },
+        "segments": plan_segments,
+        "segments_deleted": len(doomed),
+        "cq_files_deleted": sum(len(v) for v in cq_doomed.values()),
+        "index_files_deleted": len(index_doomed),
+        "min_physical_offset_before": old_min,
+        "min_physical_offset": new_min,
+        "queues_corrected": len(corrected),
+        "data_loss": loss,
+        "unconsumed_messages_deleted": sum(row["messages"] for row in loss),
+    }
+    _log_plan(metrics)
+    if loss and retention.refuse_on_data_loss and not dry_run:
+        raise CheckFailedError(
+            f"expire as of {iso(now_ms)} would delete {metrics['unconsumed_messages_deleted']} messages that "
+            f"consumer groups have not consumed ({_loss_text(loss)}); retention.refuse_on_data_loss is true, "
+            "so nothing was deleted"
+        )
+    if dry_run:
+        return {**metrics, "status": "dry_run", "table_versions": {}, "seconds": _since(started)}
+
+    unchanged = state.get("disk_full", False) == disk.disk_full and trigger.manual_runs_left == int(
+        state.get("manual_runs_left", 0)
+    )
+    if not doomed and unchanged:  # nothing to delete and no flag moved: no commit at all
+        return {**metrics, "status": "nothing_to_delete", "table_versions": {}, "seconds": _since(started)}
+    reasons = {segment.segment: reason for segment, reason in doomed}
+    rows = [
+        {**s, "status": "deleted", "deleted_at": now, "deleted_reason": reasons[s["segment"]]}
+        if s["segment"] in reasons
+        else s
+        for s in segments
+    ]
+    if doomed:
+        run.stage_arrow("segments", pa.Table.from_pylist(rows, schema=SEGMENTS.arrow_schema), mode="overwrite")
+        run.remove("commitlog", _files_in(lake, "commitlog", "segment", set(reasons)))
+        run.remove("consumequeue", [f for q, names in cq_doomed.items() for n in names for f in queues[q].files[n]])
+    if index_doomed:
+        run.remove("indexfile", _files_in(lake, "indexfile", "index_file", set(index_doomed)))
+        kept = [h for h in headers if h["index_file"] not in set(index_doomed)]
+        run.stage_arrow(
+            "indexfile_header", pa.Table.from_pylist(kept, schema=INDEXFILE_HEADER.arrow_schema), mode="overwrite"
+        )
+    for table in run.ops:
+        run.op(table, mode=run.ops[table].mode).app_transactions[EXPIRE_APP_ID] = now_ms
+    min_offsets.update({f"{t}\t{q}": v for (t, q), v in corrected.items()})
+    state.update(
+        last_now=now_ms,
+        disk_full=disk.disk_full,
+        disk_usage=round(disk.usage, 6),
+        manual_runs_left=trigger.manual_runs_left,
+        queue_min_offsets=min_offsets,
+        min_physical_offset=new_min,
+    )
+    summary = {k: v for k, v in metrics.items() if k not in ("segments", "data_loss")}
+    run.state.setdefault("runs", {})["expire"] = {
+        "seq": run.seq,
+        "run_id": run.run_id,
+        "at": now.isoformat(),
+        **summary,
+    }
+    with stages("commit"):
+        versions = run.commit()
+    return {
+        **metrics,
+        "status": "deleted" if doomed else "nothing_to_delete",
+        "table_versions": versions,
+        "seq": run.seq,
+        "seconds": _since(started),
+        "stage_seconds": stages.seconds,
+    }
+
+
+def _queue_files(lake: Lake) -> dict[tuple[str, int], QueueFiles]:
+    """Per queue: its CQ files, their data files, and each CQ file's first/last unit from the statistics."""
+    queues: dict[tuple[str, int], QueueFiles] = defaultdict(QueueFiles)
+    for stats in lake.file_stats("consumequeue", ["commitlog_offset", "queue_offset"]):
+        values = partition_values_from_path(stats["path"])
+        name = values.get(CQ_GROUP)
+        if name is None:
+            raise CheckFailedError(
+                f"consumequeue data file {stats['path']} is not inside a {CQ_GROUP}= folder; "
+                "it was written before CQ files were kept apart, so expiry cannot remove whole CQ files. "
+                "Rebuild consumequeue with reput into a fresh lake."
+            )
+        queue = queues[(values["topic"], int(values["queue_id"]))]
+        partition = {k: None if v is None else str(v) for k, v in stats["partition"].items()}
+        queue.files.setdefault(name, []).append(
+            DataFile(path=stats["path"], size=stats.get("size") or 0, partition_values=partition)
+        )
+        high, low = stats["max"]["commitlog_offset"], stats["min"]["commitlog_offset"]
+        queue.last_unit_offset[name] = max(queue.last_unit_offset.get(name, high), high)
+        queue.first_unit_offset[name] = min(queue.first_unit_offset.get(name, low), low)
+        queue.min_queue_offset[name] = min(
+            queue.min_queue_offset.get(name, stats["min"]["queue_offset"]), stats["min"]["queue_offset"]
+        )
+        queue.max_queue_offset = max(queue.max_queue_offset, stats["max"]["queue_offset"])
+    return dict(queues)
+
+
+def _cq_cascade(queues: dict, *, min_physical_offset: int) -> dict[tuple[str, int], list[str]]:
+    doomed = {}
+    for key, queue in queues.items():
+        names = R.cq_files_to_delete(
+            [(name, queue.last_unit_offset[name]) for name in queue.files], min_physical_offset=min_physical_offset
+        )
+        if names:
+            doomed[key] = names
+    return doomed
+
+
+def _corrected_min_offsets(
+    lake: Lake, queues: dict, cq_doomed: dict, min_physical_offset: int, store
+) -> dict[tuple[str, int], int]:
+    """``correctMinOffset`` for every queue whose first kept unit points below the new minimum.
+
+    Only the queue's first kept CQ file is read (statistics prune the rest):
+    the cascade guarantees that a kept file other than the last ends above
+    the minimum, so the first live unit is in it unless the queue is dead.
+    """
+    corrected = {}
+    for key, queue in queues.items():
+        kept = sorted(set(queue.files) - set(cq_doomed.get(key, [])))
+        if not kept:
+            continue
+        first = kept[0]
+        max_offset = queue.max_queue_offset + 1
+        if queue.first_unit_offset[first] >= min_physical_offset:
+            if key in cq_doomed:  # whole files went; the queue now starts at its first kept unit
+                corrected[key] = queue.min_queue_offset[first]
+            continue
+        start = int(first) // CQ_UNIT_SIZE
+        units = lake.scan(
+            "consumequeue",
+            columns=["queue_offset"],
+            partitions=[("topic", "=", key[0]), ("queue_id", "=", key[1])],
+            filter=(ds.field("commitlog_offset") >= min_physical_offset)
+            & (ds.field("queue_offset") >= start)
+            & (ds.field("queue_offset") < start + store.cq_units_per_file),
+        ).column("queue_offset")
+        first_live = min(units.to_pylist()) if len(units) else None
+        corrected[key] = R.corrected_min_offset(first_live, max_offset=max_offset)
+    return corrected
+
+
+def _segment_plan(spark, lake: Lake, doomed, *, segment_size: int) -> list[dict]:
+    """The deleted segments with their reason, and messages and bytes per topic (one Spark aggregate)."""
+    if not doomed:
+        return []
+    names = [segment.segment for segment, _ in doomed]
+    commitlog = read_table(spark, lake, "commitlog", partition_filters=[("segment", "in", names)])
+    per_topic = (
+        commitlog.groupBy("segment", "topic")
+        .agg(F.count(F.lit(1)).alias("messages"), F.sum("total_size").alias("bytes"))
+        .collect()
+    )  # segments x topics rows
+    topics: dict[str, dict] = defaultdict(dict)
+    for row in per_topic:
+        topics[row["segment"]][row["topic"]] = {"messages": row["messages"], "bytes": row["bytes"]}
+    return [
+        {
+            "segment": segment.segment,
+            "start_offset": segment.start_offset,
+            "last_write": iso(segment.last_modified),
+            "reason": reason,
+            "file_bytes": segment_size,
+            "messages": sum(t["messages"] for t in topics[segment.segment].values()),
+            "topics": topics[segment.segment],
+        }
+        for segment, reason in doomed
+    ]
+
+
+def _data_loss(lake: Lake, queues: dict, min_offsets: dict, corrected: dict) -> list[dict]:
+    """Messages a known consumer group has not consumed that this run makes unreachable, per group and topic."""
+    if not corrected or not lake.exists("consumer_offsets"):
+        return []
+    snapshot = _latest_offsets(lake)
+    lost: dict[tuple[str, str], int] = defaultdict(int)
+    for (group, topic, queue), offset in snapshot.items():
+        if (topic, queue) not in corrected or (topic, queue) not in queues:
+            continue
+        before = min_offsets.get(f"{topic}\t{queue}")
+        if before is None:
+            before = min(queues[(topic, queue)].min_queue_offset.values())
+        gone = corrected[(topic, queue)] - max(offset, before)
+        if gone > 0:
+            lost[(group, topic)] += gone
+    return [{"group": g, "topic": t, "messages": n} for (g, t), n in sorted(lost.items())]
+
+
+def _latest_offsets(lake: Lake) -> dict[tuple[str, str, int], int]:
+    """The latest snapshot's offset of each (group, topic, queue)."""
+    rows = lake.read_arrow("consumer_offsets", columns=["group", "topic", "queue_id", "offset", "as_of"]).to_pylist()
+    latest: dict[tuple[str, str, int], tuple] = {}
+    for row in rows:
+        key = (row["group"], row["topic"], row["queue_id"])
+        if key not in latest or row["as_of"] > latest[key][0]:
+            latest[key] = (row["as_of"], row["offset"])
+    return {key: offset for key, (_, offset) in latest.items()}
+
+
+def _files_in(lake: Lake, table: str, column: str, values: set[str]) -> list[DataFile]:
+    return [f for f in lake.engine.active_files(table) if f.partition_values.get(column) in values]
+
+
+def _index_file_bytes(settings: Settings) -> int:
+    from rmqlake.formats.indexfile import index_file_size
+
+    return index_file_size(settings.store.index_slots, settings.store.index_max_entries)
+
+
+def _loss_text(loss: list[dict]) -> str:
+    return ", ".join(f"{row['group']} on {row['topic']}: {row['messages']}" for row in loss)
+
+
+def _log_plan(metrics: dict) -> None:
+    trigger, disk = metrics["trigger"], metrics["disk"]
+    log.info(
+        "expire as of %s: disk usage %.2f%% (%d of %d bytes)%s; deletion hour: %s, disk pressure: %s, manual: %s, "
+        "forced: %s",
+        metrics["now"],
+        disk["usage"] * 100,
+        disk["used_bytes"],
+        disk["capacity_bytes"],
+        " - DISK FULL: the broker rejects writes" if disk["disk_full"] else "",
+        trigger["time_up"],
+        trigger["space_to_delete"],
+        trigger["manual"],
+        trigger["clean_at_once"],
+    )
+    for segment in metrics["segments"]:
+        log.info(
+            "%s segment %s (last write %s, %d messages): %s",
+            "would delete" if metrics["dry_run"] else "deleting",
+            segment["segment"],
+            segment["last_write"],
+            segment["messages"],
+            segment["reason"],
+        )
+    if metrics["data_loss"]:
+        log.warning(
+            "%d messages not yet consumed go with these files: %s",
+            metrics["unconsumed_messages_deleted"],
+            _loss_text(metrics["data_loss"]),
+        )
+    log.info(
+        "min physical offset %d -> %d; %d CQ files and %d index files go with the segments; %d queues corrected",
+        metrics["min_physical_offset_before"],
+        metrics["min_physical_offset"],
+        metrics["cq_files_deleted"],
+        metrics["index_files_deleted"],
+        metrics["queues_corrected"],
+    )
+
+
+def _since(started: float) -> float:
+    return round(time.monotonic() - started, 3)

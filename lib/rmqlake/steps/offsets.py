@@ -1,0 +1,179 @@
+"""Consumer offsets: load snapshots into ``consumer_offsets``; lag per group, topic and queue.
+
+Neither needs Spark: snapshots are small (groups × queues), and queue
+bounds come from the consumequeue table's file statistics.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from rmqlake.config import Settings
+from rmqlake.consumer_offsets import parse_snapshot, snapshot_time
+from rmqlake.errors import InputError, UsageError
+from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake.tables import CONSUMER_OFFSETS
+from rmqlake.steps.ingest import open_lake
+from rmqlake.timeutil import iso
+
+log = logging.getLogger(__name__)
+
+
+def load_offsets(settings: Settings, *, input_path: str, as_of: int | None = None) -> dict:
+    """Append the snapshots at ``input_path`` (a file or a folder of ``*.json``) to ``consumer_offsets``.
+
+    Rows already present for the same snapshot time, group, topic and queue
+    are skipped, so loading a snapshot twice changes nothing.
+    """
+    started = time.monotonic()
+    snapshots = []
+    for path in _snapshot_files(input_path):
+        moment = as_of if as_of is not None else snapshot_time(path)
+        if moment is None:
+            raise UsageError(
+                f"{path}: no snapshot time in the file name (e.g. consumerOffset-20261121T040000Z.json); pass --as-of"
+            )
+        with open(path, encoding="utf-8") as handle:
+            rows = parse_snapshot(handle.read(), path=path)
+        snapshots.append((path, moment, rows))
+    lake = open_lake(settings)
+
+    def work(run: LakeRun) -> dict:
+        return _append(lake, run, snapshots, started=started)
+
+    return run_with_retries(lake, "offsets", work, retries=settings.lake.commit_retries)
+
+
+def _snapshot_files(input_path: str) -> list[str]:
+    if os.path.isdir(input_path):
+        found = sorted(
+            os.path.join(root, name)
+            for root, _, names in os.walk(input_path)
+            for name in names
+            if name.endswith(".json")
+        )
+        if not found:
+            raise InputError(f"{input_path}: no .json consumer offset snapshots in this folder")
+        return found
+    if not os.path.isfile(input_path):
+        raise InputError(f"{input_path}: no such file or folder")
+    return [input_path]
+
+
+def _append(lake: Lake, run: LakeRun, snapshots, *, started: float) -> dict:
+    existing = lake.read_arrow("consumer_offsets", columns=["topic", "group", "queue_id", "as_of"]).to_pylist()
+    seen = {(r["topic"], r["group"], r["queue_id"], _ms(r["as_of"])) for r in existing}
+    rows = []
+    for path, moment, snapshot in snapshots:
+        for row in snapshot:
+            key = (row.topic, row.group, row.queue_id, moment)
+            if key in seen:
+                continue
+            seen.add(key)
+            rows.append(
+                {
+                    "topic": row.topic,
+                    "group": row.group,
+                    "queue_id": row.queue_id,
+                    "offset": row.offset,
+                    "as_of": datetime.fromtimestamp(moment / 1000, tz=UTC),
+                    "source_file": path,
+                }
+            )
+    metrics = {
+        "files": len(snapshots),
+        "rows": len(rows),
+        "rows_skipped": sum(len(s[2]) for s in snapshots) - len(rows),
+    }
+    if not rows:
+        log.info("nothing to load: every row of %d snapshot files is already in consumer_offsets", len(snapshots))
+        return {**metrics, "status": "already_loaded", "seconds": round(time.monotonic() - started, 3)}
+    run.stage_arrow("consumer_offsets", pa.Table.from_pylist(rows, schema=CONSUMER_OFFSETS.arrow_schema), mode="append")
+    versions = run.commit()
+    log.info("loaded %d consumer offsets from %d snapshot files", len(rows), len(snapshots))
+    return {**metrics, "status": "loaded", "table_versions": versions, "seconds": round(time.monotonic() - started, 3)}
+
+
+def lag(settings: Settings, *, group: str | None = None) -> dict:
+    """Lag per group, topic and queue at the latest snapshot, and total lag per group and topic per snapshot.
+
+    ``lag`` = queue max offset − consumer offset (messages not consumed yet);
+    ``expired_unconsumed`` = how many of them expiry already removed (the
+    consumer offset is below the queue's min offset). History uses each
+    queue's max offset as it was at the snapshot time.
+    """
+    lake = open_lake(settings, read_only=True)
+    state = lake.state()
+    bounds = queue_bounds(lake, state)
+    offsets = lake.read_arrow("consumer_offsets").to_pylist()
+    if group:
+        offsets = [r for r in offsets if r["group"] == group]
+    if not offsets:
+        return {"latest": [], "history": []}
+    by_time: dict[int, list[dict]] = defaultdict(list)
+    for row in offsets:
+        by_time[_ms(row["as_of"])].append(row)
+    latest_time = max(by_time)
+    latest = []
+    for row in sorted(by_time[latest_time], key=lambda r: (r["group"], r["topic"], r["queue_id"])):
+        low, high = bounds.get((row["topic"], row["queue_id"]), (0, 0))
+        latest.append(
+            {
+                "group": row["group"],
+                "topic": row["topic"],
+                "queue_id": row["queue_id"],
+                "consumer_offset": row["offset"],
+                "min_offset": low,
+                "max_offset": high,
+                "lag": max(0, high - row["offset"]),
+                "expired_unconsumed": max(0, low - row["offset"]),
+                "as_of": iso(latest_time),
+            }
+        )
+    history = []
+    for moment in sorted(by_time):
+        totals: dict[tuple[str, str], int] = defaultdict(int)
+        for row in by_time[moment]:
+            high = max_offset_at(lake, row["topic"], row["queue_id"], moment)
+            totals[(row["group"], row["topic"])] += max(0, high - row["offset"])
+        history += [{"as_of": iso(moment), "group": g, "topic": t, "lag": n} for (g, t), n in sorted(totals.items())]
+    return {"latest": latest, "history": history}
+
+
+def queue_bounds(lake: Lake, state: dict) -> dict[tuple[str, int], tuple[int, int]]:
+    """(min offset as corrected by expiry, max offset) of every queue, from file statistics."""
+    bounds: dict[tuple[str, int], list[int]] = {}
+    for stats in lake.file_stats("consumequeue", ["queue_offset"]):
+        key = (stats["partition"]["topic"], int(stats["partition"]["queue_id"]))
+        low, high = stats["min"]["queue_offset"], stats["max"]["queue_offset"]
+        if low is None:
+            continue
+        current = bounds.setdefault(key, [low, high])
+        current[0], current[1] = min(current[0], low), max(current[1], high)
+    corrected = state.get("expire", {}).get("queue_min_offsets", {})
+    return {key: (corrected.get(f"{key[0]}\t{key[1]}", low), high + 1) for key, (low, high) in sorted(bounds.items())}
+
+
+def max_offset_at(lake: Lake, topic: str, queue: int, moment: int) -> int:
+    """The queue's max offset as it was at ``moment``: one past the last unit stored by then."""
+    units = lake.scan(
+        "consumequeue",
+        columns=["queue_offset"],
+        partitions=[("topic", "=", topic), ("queue_id", "=", queue)],
+        filter=ds.field("store_timestamp") <= moment,
+    ).column("queue_offset")
+    return pc.max(units).as_py() + 1 if len(units) else 0
+
+
+def _ms(value) -> int:
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)

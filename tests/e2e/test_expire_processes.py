@@ -1,0 +1,66 @@
+"""Expiry in separate processes: killed before and between its commits, then re-run with the same --now."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.e2e.test_ingest_processes import BIN, SETTINGS, environment, landing, rmqlake  # noqa: F401
+from tests.e2e.test_reput_processes import INDEX, clean, ingested, rows  # noqa: F401
+
+pytestmark = pytest.mark.slow
+NOW = "2026-11-25T04:00:00Z"  # every sealed segment of the generated hours is past 72 h
+EXPIRED_TABLES = ("commitlog", "segments", "consumequeue", "indexfile", "indexfile_header")
+
+
+def expire_args(lake: Path, *extra: str) -> list[str]:
+    return ["expire", "--lake", str(lake), "--now", NOW, *SETTINGS, *INDEX, *extra]
+
+
+@pytest.fixture(scope="module")
+def expired(tmp_path_factory, clean) -> Path:  # noqa: F811 - the fixture imported above
+    lake = tmp_path_factory.mktemp("expire-clean") / "lake"
+    shutil.copytree(clean, lake)
+    result = json.loads(rmqlake(*expire_args(lake), "--json").stdout)
+    assert result["segments_deleted"] == 10
+    return lake
+
+
+@pytest.mark.parametrize("point", ["before-ledger-commit", "after-commit:commitlog"])
+def test_killed_expiry_then_rerun_with_the_same_now_equals_one_run(tmp_path, clean, expired, point):  # noqa: F811
+    lake = tmp_path / "lake"
+    shutil.copytree(clean, lake)
+    crashed = rmqlake(*expire_args(lake), env=environment(RMQLAKE_CRASH_AT=point), check=False)
+    assert crashed.returncode == 137
+    if point == "after-commit:commitlog":  # decided: the next run of any job completes it first
+        status = json.loads(rmqlake("status", "--lake", str(lake), *SETTINGS, "--json").stdout.splitlines()[0])
+        assert status["pending_tables"]
+    again = json.loads(rmqlake(*expire_args(lake), "--json").stdout)
+    assert again["status"] == ("deleted" if point == "before-ledger-commit" else "already_applied")
+    for name in EXPIRED_TABLES:
+        assert rows(lake, name) == rows(expired, name), name
+
+
+def test_dry_run_and_spark_submit_expire(tmp_path, clean, expired):  # noqa: F811
+    lake = tmp_path / "lake"
+    shutil.copytree(clean, lake)
+    plan = rmqlake(*expire_args(lake, "--dry-run"))
+    assert "would delete" in plan.stderr and "expired" in plan.stdout
+    for name in EXPIRED_TABLES:
+        assert rows(lake, name) == rows(clean, name), name
+    result = subprocess.run(
+        [str(BIN / "spark-submit"), "--master", "local[2]", "jobs/expire.py", *expire_args(lake)[1:]],
+        cwd=REPO,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in EXPIRED_TABLES:
+        assert rows(lake, name) == rows(expired, name), name
