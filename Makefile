@@ -41,6 +41,7 @@ bench: $(STAMP) ## benchmarks: figures and ratios against baselines measured in 
 	$(BIN)/python bench/ingest_bench.py
 	$(BIN)/python bench/reput_bench.py
 	$(BIN)/python bench/compact_bench.py
+	$(BIN)/python bench/expire_bench.py
 
 package: $(STAMP) ## dist/rmqlake.zip (for spark-submit --py-files) and a wheel
 	rm -rf dist && mkdir -p dist

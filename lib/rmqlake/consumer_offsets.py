@@ -41,12 +41,14 @@ def parse_snapshot(text: str, *, path: str) -> list[OffsetRow]:
         InputError: not JSON (with line and column), no ``offsetTable``, a key
             without ``@``, or a non-integer queue id or offset.
     """
+    quoted, shifts = _quote_bare_keys(text)
     try:
-        document = json.loads(_BARE_KEY.sub(r'\1"\2"\3', text))
+        document = json.loads(quoted)
     except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{path}: line {exc.lineno} column {exc.colno}: not a consumerOffset.json: {exc.msg}"
-        ) from None
+        position = exc.pos - 2 * sum(1 for at in shifts if at < exc.pos)  # back to the file's own text
+        line = text.count("\n", 0, position) + 1
+        column = position - (text.rfind("\n", 0, position) + 1) + 1
+        raise InputError(f"{path}: line {line} column {column}: not a consumerOffset.json: {exc.msg}") from None
     table = document.get("offsetTable") if isinstance(document, dict) else None
     if not isinstance(table, dict):
         raise InputError(f'{path}: no "offsetTable" object (expected the broker\'s consumerOffset.json shape)')
@@ -62,6 +64,18 @@ def parse_snapshot(text: str, *, path: str) -> list[OffsetRow]:
                 raise InputError(f"{path}: offsetTable[{name!r}]: queue {queue!r} -> {offset!r} is not int -> int")
             rows.append(OffsetRow(topic, group, int(queue), offset))
     return rows
+
+
+def _quote_bare_keys(text: str) -> tuple[str, list[int]]:
+    """Strict JSON of fastjson's output, and where (in the result) each added pair of quotes starts."""
+    parts, shifts, last = [], [], 0
+    for match in _BARE_KEY.finditer(text):
+        parts.append(text[last : match.start(2)])
+        shifts.append(sum(len(p) for p in parts))
+        parts.append(f'"{match.group(2)}"')
+        last = match.end(2)
+    parts.append(text[last:])
+    return "".join(parts), shifts
 
 
 def snapshot_time(path: str) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rmqlake.config import load_settings
@@ -68,6 +69,24 @@ def main(argv: list[str] | None = None) -> int:
         )
     print()
     print(render_table(runs))
+
+    from rmqlake.steps.expire import expire
+    from rmqlake.steps.offsets import lag, load_offsets
+
+    load_offsets(settings, input_path=str(Path(args.data) / "offsets"))
+    # retention as of 04:00 three days later: the first hours are past 72 h, the last one is not
+    end = datetime.fromtimestamp(summary["end_ms"] / 1000, tz=UTC)
+    expire_at = (end + timedelta(days=3)).replace(hour=4, minute=0, second=0, microsecond=0)
+    plan = expire(spark, settings, now=expire_at, dry_run=True)
+    expired = expire(spark, settings, now=expire_at)
+    print(
+        f"\nexpire as of {expire_at:%Y-%m-%dT%H:%MZ} (dry run first: {len(plan['segments'])} segments): "
+        f"deleted {expired['segments_deleted']} segments, {expired['cq_files_deleted']} CQ files, "
+        f"{expired['index_files_deleted']} index files; disk usage {expired['disk']['usage']:.4%}; "
+        f"unconsumed messages deleted: {expired['unconsumed_messages_deleted']}"
+    )
+    print("\nconsumer lag at the last snapshot (first queues):")
+    print(render_table(lag(settings)["latest"][:8]))
     lake = open_lake(settings)
     segments = lake.read_arrow("segments").to_pylist()
     print(
@@ -89,6 +108,7 @@ Tables (Delta Lake) under {root}:
   indexfile_header  one header per index file
   compaction_log    latest message per key of COMPACTION topics ({", ".join(settings.compaction_topics())})
   compaction_cq     the compacted queues (original queue offsets, with gaps)
+  consumer_offsets  consumer offset snapshots from {args.data}/offsets
 
 Ask it what a broker would answer:
   .venv/bin/rmqlake status --env local
@@ -96,6 +116,8 @@ Ask it what a broker would answer:
   .venv/bin/rmqlake query offset --env local --topic {topic} --queue 0 --offset 0 --max 5 --tags 'TagA || TagB'
   .venv/bin/rmqlake query time --env local --topic {topic} --queue 0 --at 2026-11-21T01:30:00Z
   .venv/bin/rmqlake query offset --env local --topic {compacted_topic} --queue 0 --offset 0 --compacted
+  .venv/bin/rmqlake lag --env local --group cg_audit
+  .venv/bin/rmqlake expire --env local --now {(expire_at + timedelta(days=1)):%Y-%m-%dT%H:%M:%SZ} --dry-run
 
 Or read the tables with any Delta reader:
   .venv/bin/python -c "from deltalake import DeltaTable; print(DeltaTable('{root}/segments').to_pandas())"

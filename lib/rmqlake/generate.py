@@ -211,6 +211,7 @@ def generate(
     weights = [3 if not t.compaction else 2 for t in topics]
     retry = TopicPlan("%RETRY%" + RETRY_GROUP, 1, False)
     per_file: dict[tuple[int, str], list[tuple[int, int, bytes]]] = {}
+    per_topic_hour: Counter = Counter()
     order = 0
     written = 0
     index = 0
@@ -237,6 +238,8 @@ def generate(
             hour = (record["bornTimestamp"] - start_ms) // 3_600_000
             encoded = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
             per_file.setdefault((hour, producer), []).append((record["bornTimestamp"], order, encoded))
+            if record.get("transaction") not in ("PREPARED", "ROLLBACK"):  # only these take a queue offset
+                per_topic_hour[(record["topic"], hour)] += 1
             order += 1
             written += 1
     bad_total = round(messages * bad_rate)
@@ -278,5 +281,41 @@ def generate(
         "topics": [t.name for t in topics] + ([retry.name] if retry_topic else []),
     }
     out.mkdir(parents=True, exist_ok=True)
+    summary["offset_snapshots"] = _offset_snapshots(out, per_topic_hour, topics=topics, start_ms=start_ms, hours=hours)
     (out / "MANIFEST.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
+
+
+# consumer groups of the snapshots: (group, share of a topic's messages consumed at each snapshot)
+CONSUMER_GROUPS = (("cg_billing", 0.9), ("cg_audit", 0.5))
+
+
+def _offset_snapshots(
+    out: Path, per_topic_hour: Counter, *, topics: list[TopicPlan], start_ms: int, hours: int
+) -> list[str]:
+    """One ``offsets/consumerOffset-<time>.json`` per hour end, as a broker's ConsumerOffsetManager persists it.
+
+    Offsets are a share of each topic's messages so far, spread evenly over
+    its queues (the generator does not replay queue selection, so lag is
+    realistic in size, not exact per queue). Queue ids are unquoted, as the
+    broker's fastjson writes them.
+    """
+    folder = out / "offsets"
+    folder.mkdir(parents=True, exist_ok=True)
+    so_far: Counter = Counter()
+    paths = []
+    for hour in range(hours):
+        for topic in topics:
+            so_far[topic.name] += per_topic_hour[(topic.name, hour)]
+        table = []
+        for group, share in CONSUMER_GROUPS:
+            for topic in topics:
+                per_queue = int(so_far[topic.name] * share) // topic.queues
+                queues = ",".join(f"{q}:{per_queue}" for q in range(topic.queues))
+                table.append(f'"{topic.name}@{group}":{{{queues}}}')
+        moment = datetime.fromtimestamp((start_ms + (hour + 1) * 3_600_000) / 1000, UTC)
+        path = folder / f"consumerOffset-{moment:%Y%m%dT%H%M%S}Z.json"
+        version = '"dataVersion":{"counter":' + str(hour + 1) + "}"
+        path.write_text('{"offsetTable":{' + ",".join(table) + "}," + version + "}\n")
+        paths.append(str(path.relative_to(out)))
+    return paths
