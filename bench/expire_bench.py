@@ -37,7 +37,8 @@ def lake_with_segments(spark, segments: int) -> Path:
 
     root = OUT / f"expire-{segments}"
     marker = root / "DONE.json"
-    if marker.exists():
+    wanted = {"segments": segments, "sizes": _sizes()}
+    if marker.exists() and json.loads(marker.read_text()) == wanted:
         return root / "lake"
     shutil.rmtree(root, ignore_errors=True)
     messages = segments * SEGMENT // (BODY + 180)
@@ -55,15 +56,15 @@ def lake_with_segments(spark, segments: int) -> Path:
     settings = load_settings(REPO / "conf", lake=str(root / "lake"), overrides=_sizes())
     ingest(spark, settings, input_path=str(landing))
     reput(spark, settings)
-    marker.write_text(json.dumps({"segments": segments, "messages": messages}))
+    marker.write_text(json.dumps(wanted))
     return root / "lake"
 
 
 def _sizes() -> list[str]:
     return [
         f"store.commitlog_segment_size={SEGMENT}",
-        "store.cq_units_per_file=20000",
-        "store.index_max_entries=200000",
+        "store.cq_units_per_file=1000",
+        "store.index_max_entries=20000",
     ]
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+import numpy as np
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
@@ -30,6 +31,7 @@ from rmqlake.formats.msgid import decode_offset_msg_id
 from rmqlake.formats.properties import split_keys
 from rmqlake.formats.segment import segment_file_name, segment_start
 from rmqlake.lake import Lake
+from rmqlake.lake.lake import holds_any
 from rmqlake.timeutil import iso
 
 log = logging.getLogger(__name__)
@@ -69,14 +71,47 @@ def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int) -> d
     wanted = sorted(set(offsets))
     if not wanted:
         return {}
-    segments = sorted({segment_file_name(segment_start(o, segment_size)) for o in wanted})
-    table = lake.scan(
-        "commitlog",
-        columns=MESSAGE_COLUMNS,
-        partitions=[("segment", "in", segments)],
-        filter=ds.field("physical_offset").isin(wanted),
-    )
+    segments = {segment_file_name(segment_start(o, segment_size)) for o in wanted}
+    files = [
+        stats["path"]
+        for stats in lake.file_stats("commitlog", ["physical_offset"])
+        if str(stats["partition"].get("segment")) in segments
+        and holds_any(wanted, stats["min"]["physical_offset"], stats["max"]["physical_offset"])
+    ]
+    table = lake.lookup("commitlog", column="physical_offset", values=wanted, columns=MESSAGE_COLUMNS, files=files)
     return {row["physical_offset"]: row for row in table.to_pylist()}
+
+
+class SlotEntries(Mapping):
+    """The entries of one slot of one index file, entry number → entry, read lazily from columns.
+
+    A hot key's slot can hold hundreds of thousands of entries while a
+    lookup walks at most ~64 of them: the columns stay Arrow/NumPy arrays
+    sorted by entry number, and an entry becomes an ``IndexEntry`` only when
+    the chain walk reaches it.
+    """
+
+    def __init__(self, table):
+        table = table.sort_by("index_no")
+        self._numbers = table.column("index_no").to_numpy()
+        self._columns = [table.column(c).to_numpy() for c in ("key_hash", "phy_offset", "time_diff", "prev_index")]
+
+    @property
+    def newest(self) -> int:
+        """The slot's value: the newest entry number of the chain (0 for an empty slot)."""
+        return int(self._numbers[-1]) if len(self._numbers) else 0
+
+    def __getitem__(self, number: int) -> IndexEntry:
+        position = int(np.searchsorted(self._numbers, number))
+        if position >= len(self._numbers) or self._numbers[position] != number:
+            raise KeyError(number)
+        return IndexEntry(*(int(column[position]) for column in self._columns))
+
+    def __iter__(self):
+        return (int(n) for n in self._numbers)
+
+    def __len__(self) -> int:
+        return len(self._numbers)
 
 
 class IndexReader:
@@ -87,10 +122,10 @@ class IndexReader:
         self.slots = slots
         rows = lake.read_arrow("indexfile_header").to_pylist()
         self.files = sorted(rows, key=lambda h: h["index_file"])
-        self._slot_cache: dict[tuple[str, int], dict[int, IndexEntry]] = {}
+        self._slot_cache: dict[tuple[str, int], SlotEntries] = {}
         self.files_read = 0
 
-    def slot_entries(self, file: str, slot: int) -> dict[int, IndexEntry]:
+    def slot_entries(self, file: str, slot: int) -> SlotEntries:
         cache_key = (file, slot)
         if cache_key not in self._slot_cache:
             table = self.lake.scan(
@@ -100,10 +135,7 @@ class IndexReader:
                 filter=ds.field("slot") == slot,
             )
             self.files_read += 1
-            self._slot_cache[cache_key] = {
-                r["index_no"]: IndexEntry(r["key_hash"], r["phy_offset"], r["time_diff"], r["prev_index"])
-                for r in table.to_pylist()
-            }
+            self._slot_cache[cache_key] = SlotEntries(table)
         return self._slot_cache[cache_key]
 
     def query_offsets(self, key: str, *, max_num: int, begin: int, end: int) -> list[int]:
@@ -125,7 +157,7 @@ class IndexReader:
                 select_phy_offsets(
                     results,
                     key=key,
-                    slot_value=max(entries, default=0),
+                    slot_value=entries.newest,
                     entries=entries,
                     header=header,
                     max_num=max_num,

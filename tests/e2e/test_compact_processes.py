@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.e2e.test_ingest_processes import BIN, SETTINGS, environment, landing, rmqlake  # noqa: F401
+from tests.e2e.test_ingest_processes import SETTINGS, environment, landing, rmqlake, spark_submit  # noqa: F401
 from tests.e2e.test_reput_processes import INDEX, clean, ingested, rows  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -45,14 +43,6 @@ def test_killed_compaction_is_redone_or_rolled_forward(tmp_path, clean, compacte
 def test_spark_submit_compact(tmp_path, clean, compacted):  # noqa: F811
     lake = tmp_path / "lake"
     shutil.copytree(clean, lake)
-    result = subprocess.run(
-        [str(BIN / "spark-submit"), "--master", "local[2]", "jobs/compact.py", "--lake", str(lake), *SETTINGS, *INDEX],
-        cwd=REPO,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    spark_submit("compact", "--lake", str(lake), *SETTINGS, *INDEX)
     for name in COMPACTED:
         assert rows(lake, name) == rows(compacted, name), name

@@ -44,6 +44,20 @@ def rmqlake(*args: str, env: dict | None = None, check: bool = True) -> subproce
     return result
 
 
+def spark_submit(job: str, *args: str) -> subprocess.CompletedProcess:
+    """``spark-submit --master local[2] jobs/<job>.py ARGS`` from the repository, as users run it; must succeed."""
+    result = subprocess.run(
+        [str(BIN / "spark-submit"), "--master", "local[2]", f"jobs/{job}.py", *args],
+        cwd=REPO,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
 def ingest_args(lake: Path, source: Path) -> list[str]:
     return ["ingest", "--lake", str(lake), "--input", str(source), "--now", NOW, *SETTINGS]
 
@@ -190,14 +204,6 @@ def test_two_concurrent_ingests_commit_one_after_the_other(tmp_path, landing, ja
 
 def test_spark_submit_job_gives_the_same_tables(tmp_path, landing, clean_lake):
     lake = tmp_path / "lake"
-    result = subprocess.run(
-        [str(BIN / "spark-submit"), "--master", "local[2]", "jobs/ingest.py", *ingest_args(lake, landing)[1:]],
-        cwd=REPO,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = spark_submit("ingest", *ingest_args(lake, landing)[1:])
     assert "status" in result.stdout and "ingested" in result.stdout
     assert_same_tables(lake, clean_lake)

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from tests.conftest import REPO
-from tests.e2e.test_ingest_processes import BIN, SETTINGS, environment, ingest_args, landing, rmqlake  # noqa: F401
+from tests.e2e.test_ingest_processes import (  # noqa: F401 - fixtures and helpers
+    SETTINGS,
+    environment,
+    ingest_args,
+    landing,
+    rmqlake,
+    spark_submit,
+)
 
 pytestmark = pytest.mark.slow
 REPUT_TABLES = ("consumequeue", "indexfile", "indexfile_header")
@@ -61,14 +66,6 @@ def test_reput_killed_between_table_commits_is_rolled_forward(tmp_path, ingested
 def test_spark_submit_reput(tmp_path, ingested, clean):
     lake = tmp_path / "lake"
     shutil.copytree(ingested, lake)
-    result = subprocess.run(
-        [str(BIN / "spark-submit"), "--master", "local[2]", "jobs/reput.py", "--lake", str(lake), *SETTINGS, *INDEX],
-        cwd=REPO,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    spark_submit("reput", "--lake", str(lake), *SETTINGS, *INDEX)
     for name in REPUT_TABLES:
         assert rows(lake, name) == rows(clean, name), name

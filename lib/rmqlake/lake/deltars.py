@@ -46,6 +46,12 @@ class DeltaRsEngine:
             return self._pinned[table]
         return self._load(table, version)
 
+    def pin(self, table: str, version: int) -> None:
+        """Read ``table`` at ``version`` from now on (a pinned engine only; -1: the table did not exist)."""
+        if self._pinned is None:
+            raise ValueError("only an engine with pinned snapshots can pin a version")
+        self._pinned[table] = self._load(table, version) if version >= 0 else None
+
     def _load(self, table: str, version: int | None) -> DeltaTable | None:
         try:
             return DeltaTable(self.uri(table), version=version, storage_options=self.storage_options or None)
@@ -53,6 +59,8 @@ class DeltaRsEngine:
             return None
 
     def exists(self, table: str) -> bool:
+        if self._pinned is not None and table in self._pinned:
+            return self._pinned[table] is not None
         return DeltaTable.is_deltatable(self.uri(table), storage_options=self.storage_options or None)
 
     def ensure_table(self, spec: TableSpec) -> None:

@@ -7,6 +7,7 @@ files of each table it changes, and calls ``run.commit(state=...)``. See
 
 from __future__ import annotations
 
+import bisect
 import copy
 import io
 import logging
@@ -94,6 +95,31 @@ class Lake:
         self.engine = DeltaRsEngine(self.root, storage_options=self.storage_options, pin_snapshots=read_only)
         self.read_only = read_only
         self.staging_grace_hours = staging_grace_hours
+        self._ledger: LedgerEntry | None = None  # read-only lakes with a half-applied run: the entry before it
+        if read_only:
+            self._pin_consistent_versions()
+
+    def _pin_consistent_versions(self) -> None:
+        """Readers see the lake as of the last fully applied run.
+
+        A run's table commits follow its ledger commit one by one; while some
+        are missing (a crash, or simply a reader arriving between two of
+        them) the tables already committed are read at their version before
+        that run, so a reader never sees half a run (e.g. a segment expired
+        while its CQ files are still listed).
+        """
+        entry = self.ledger()
+        ops = [raw["table"] for raw in entry.manifest]
+        done = {t: self.engine.transaction_version(t, LEDGER_APP_ID) for t in ops}
+        if all(v is not None and v >= entry.seq for v in done.values()):
+            return
+        for table, applied in done.items():
+            if applied is not None and applied >= entry.seq:
+                before = self.engine.version(table) - 1
+                log.info("reading %s at version %d: run seq %d is not fully applied yet", table, before, entry.seq)
+                self.engine.pin(table, before)
+        if entry.version:  # the state that goes with those versions: the ledger's previous entry
+            self._ledger = read_ledger(self.root, storage_options=self.storage_options, version=entry.version - 1)
 
     # -- reading -----------------------------------------------------------------
     def uri(self, table: str) -> str:
@@ -142,13 +168,54 @@ class Lake:
             filter = clause if filter is None else clause & filter
         return dataset.to_table(columns=list(columns) if columns else None, filter=filter)
 
+    def lookup(
+        self, table: str, *, column: str, values: Sequence[int], columns: Sequence[str], files: Sequence[str]
+    ) -> pa.Table:
+        """Rows of ``files`` whose ``column`` is one of ``values``, reading only the row groups that can hold them.
+
+        Row groups are chosen from their min/max statistics (``values``
+        sorted), then filtered with a hash ``isin``: a handful of row groups
+        are decoded whatever the size of the files. (A filter expression of
+        many equalities prunes as well but costs far more to evaluate.)
+        """
+        wanted = sorted(values)
+        if not wanted or not self.exists(table):
+            return table_spec(table).arrow_schema.empty_table().select(list(columns))
+        dataset = self.engine.dataset(table)
+        chosen = set(files)
+        pieces = []
+        for fragment in dataset.get_fragments():
+            if _table_relative(fragment.path, table) not in chosen:
+                continue
+            metadata = fragment.metadata  # the footer; read statistics of one column only (bodies have big ones)
+            index = metadata.schema.names.index(column)
+            groups = []
+            for number in range(metadata.num_row_groups):
+                stats = metadata.row_group(number).column(index).statistics
+                bounds = (stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None)
+                if holds_any(wanted, *bounds):
+                    groups.append(number)
+            if groups:
+                pieces.append(fragment.subset(row_group_ids=groups))
+        if not pieces:
+            return dataset.schema.empty_table().select(list(columns))
+        subset = ds.FileSystemDataset(pieces, dataset.schema, dataset.format, dataset.filesystem)
+        return subset.to_table(columns=list(columns), filter=ds.field(column).isin(wanted))
+
     def file_stats(self, table: str, columns: Sequence[str]) -> list[dict]:
         """Per data file: partition values and min/max of ``columns`` from the Delta log (no data read)."""
         if not self.exists(table):
             return []
         return self.engine.file_stats(table, columns)
 
+    def min_physical_offset(self) -> int:
+        """The commitlog's min offset: the start of its first segment not deleted (0 for an empty lake)."""
+        segments = self.read_arrow("segments", columns=["start_offset", "status"]).to_pylist()
+        return min((s["start_offset"] for s in segments if s["status"] != "deleted"), default=0)
+
     def ledger(self) -> LedgerEntry:
+        if self._ledger is not None:
+            return self._ledger
         return read_ledger(self.root, storage_options=self.storage_options)
 
     def state(self) -> dict[str, Any]:
@@ -419,3 +486,17 @@ def run_with_retries(lake: Lake, job: str, work: Callable[[LakeRun], dict], *, r
         except BaseException:
             run.abort()
             raise
+
+
+def _table_relative(path: str, table: str) -> str:
+    """A fragment path of a table's dataset, relative to the table folder (as in the Delta log)."""
+    marker = f"{table}/"
+    return path.split(marker, 1)[1] if path.startswith(marker) or f"/{marker}" in path else path
+
+
+def holds_any(sorted_values: Sequence[int], low, high) -> bool:
+    """Whether [low, high] holds one of ``sorted_values`` (unknown bounds: assume it may)."""
+    if low is None or high is None:
+        return True
+    position = bisect.bisect_left(sorted_values, low)
+    return position < len(sorted_values) and sorted_values[position] <= high

@@ -61,7 +61,9 @@ class LedgerEntry:
     handle: DeltaTable | None = None
 
 
-def read_ledger(root: str, *, storage_options: dict[str, str] | None = None, create: bool = False) -> LedgerEntry:
+def read_ledger(
+    root: str, *, storage_options: dict[str, str] | None = None, create: bool = False, version: int | None = None
+) -> LedgerEntry:
     """The latest ledger entry (a fresh lake gives seq 0 and an empty state).
 
     With ``create``, a missing ledger is created empty first, so that the
@@ -70,7 +72,7 @@ def read_ledger(root: str, *, storage_options: dict[str, str] | None = None, cre
     """
     uri = f"{root}/{LEDGER_TABLE}"
     try:
-        dt = DeltaTable(uri, storage_options=storage_options or None)
+        dt = DeltaTable(uri, version=version, storage_options=storage_options or None)
     except TableNotFoundError:
         if not create:
             return LedgerEntry()

@@ -69,7 +69,7 @@ def _compact(
     dispatched = int(run.state.get("reput", {}).get("dispatched_offset", 0))
     state = run.state.setdefault("compaction", {})
     positions = {t: int(state.get("positions", {}).get(t, 0)) for t in topics}
-    minimum = _min_physical_offset(lake)
+    minimum = lake.min_physical_offset()
     for name, position in positions.items():
         if position < minimum:  # expired before it was compacted: the broker cannot copy it either
             log.warning("%s: compaction position %d is below the commitlog min offset %d", name, position, minimum)
@@ -198,11 +198,6 @@ def _compacted_rows(spark, lake: Lake, queues: list[tuple[str, int]]):
         wanted = wanted | ((F.col("topic") == topic) & (F.col("queue_id") == queue))
     frame = frame.select(*COMMITLOG.columns).filter(wanted)
     return frame.withColumn(T.KEY, T.compaction_key(frame))
-
-
-def _min_physical_offset(lake: Lake) -> int:
-    live = [row["start_offset"] for row in lake.read_arrow("segments").to_pylist() if row["status"] != "deleted"]
-    return min(live, default=0)
 
 
 def _since(started: float) -> float:

@@ -49,7 +49,7 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
     end = int(run.state.get("commitlog", {}).get("next_offset", 0))
     state = run.state.setdefault("reput", {})
     dispatched = int(state.get("dispatched_offset", 0))
-    minimum = _min_physical_offset(lake)
+    minimum = lake.min_physical_offset()
     if dispatched < minimum:  # spec 4.3: dispatch fell behind deleted segments and jumps to the min offset
         log.warning("dispatch position %d is below the commitlog min offset %d; skipping to it", dispatched, minimum)
         dispatched = minimum
@@ -125,11 +125,6 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
         seconds,
     )
     return metrics
-
-
-def _min_physical_offset(lake: Lake) -> int:
-    live = [row["start_offset"] for row in lake.read_arrow("segments").to_pylist() if row["status"] != "deleted"]
-    return min(live, default=0)
 
 
 def _cq_summary(spark, run: LakeRun) -> dict:
