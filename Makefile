@@ -13,7 +13,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 DEMO_DIR ?= demo-data
 DEMO_MESSAGES ?= 50000
 
-.PHONY: help venv demo test lint bench package lock clean
+.PHONY: help venv demo test lint bench package lock clean airflow
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -34,8 +34,8 @@ test: $(STAMP) ## run the test suite (unit, Spark, end to end)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP) ## ruff check and format check
-	$(BIN)/ruff check lib tests jobs bench
-	$(BIN)/ruff format --check lib tests jobs bench
+	$(BIN)/ruff check lib tests jobs bench airflow_dags
+	$(BIN)/ruff format --check lib tests jobs bench airflow_dags
 
 bench: $(STAMP) ## benchmarks: figures and ratios against baselines measured in the same run
 	$(BIN)/python bench/ingest_bench.py
@@ -50,6 +50,17 @@ package: $(STAMP) ## dist/rmqlake.zip (for spark-submit --py-files) and a wheel
 	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w dist .
 	@ls -l dist
 
+AIRFLOW_HOME_DIR := $(CURDIR)/.airflow-home
+airflow: $(STAMP) ## a local Airflow (standalone, sqlite in .airflow-home) with the rmqlake DAGs; UI on :8080
+	mkdir -p $(AIRFLOW_HOME_DIR)
+	export AIRFLOW_HOME=$(AIRFLOW_HOME_DIR) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/airflow_dags \
+	  AIRFLOW__CORE__LOAD_EXAMPLES=False RMQLAKE_HOME=$(CURDIR) RMQLAKE_RUNNER=$${RMQLAKE_RUNNER:-local} \
+	  RMQLAKE_ENV=$${RMQLAKE_ENV:-local} RMQLAKE_LAKE=$${RMQLAKE_LAKE:-$(CURDIR)/lake} RMQLAKE_CONF=$(CURDIR)/conf \
+	  PATH=$(CURDIR)/$(BIN):$$PATH; \
+	$(BIN)/airflow db migrate && \
+	$(BIN)/airflow pools set rmqlake_lake 1 "one job writes a lake at a time" && \
+	$(BIN)/airflow standalone
+
 lock: ## re-freeze constraints.txt from a fresh install of requirements.txt
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/pip install --quiet -r requirements.txt
@@ -57,4 +68,4 @@ lock: ## re-freeze constraints.txt from a fresh install of requirements.txt
 	rm -rf .venv-lock
 
 clean: ## remove the virtualenv, demo data, lake and build outputs
-	rm -rf $(VENV) $(DEMO_DIR) lake dist build lib/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(DEMO_DIR) lake dist build lib/*.egg-info .pytest_cache .airflow-test .airflow-home

@@ -31,7 +31,11 @@ def _global_options() -> argparse.ArgumentParser:
         "--conf", default=os.environ.get("RMQLAKE_CONF", "conf"), help="configuration folder (default: conf)"
     )
     group.add_argument("--env", default=os.environ.get("RMQLAKE_ENV"), help="overlay conf/env/NAME.yaml")
-    group.add_argument("--lake", help="table root: local path or object-store URI (default: lake.root from conf)")
+    group.add_argument(
+        "--lake",
+        default=os.environ.get("RMQLAKE_LAKE"),
+        help="table root: local path or object-store URI (default: $RMQLAKE_LAKE, else lake.root from conf)",
+    )
     group.add_argument(
         "--set",
         dest="overrides",
@@ -93,6 +97,22 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--as-of", help="snapshot time (epoch ms or ISO-8601; default: from the file name)")
     lag = commands.add_parser("lag", parents=[common], help="consumer lag per group, topic and queue")
     lag.add_argument("--group", help="only this consumer group")
+    pipeline = commands.add_parser("pipeline", help="run a pipeline spec locally, in order, as Airflow would")
+    pipeline_commands = pipeline.add_subparsers(dest="pipeline_command", metavar="ACTION", required=True)
+    pipeline_run = pipeline_commands.add_parser("run", parents=[common], help="run every task of one logical date")
+    pipeline_run.add_argument("name", help="pipeline name (pipelines/NAME.yaml)")
+    pipeline_run.add_argument("--logical-date", required=True, help="the run's logical date (epoch ms or ISO-8601)")
+    pipeline_run.add_argument(
+        "--pipelines", default=os.environ.get("RMQLAKE_PIPELINES", "pipelines"), help="folder of the specs"
+    )
+    pipeline_run.add_argument(
+        "--param",
+        dest="params",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a param of the spec (repeatable), as Airflow's trigger conf does",
+    )
     commands.add_parser("status", parents=[common], help="store state: offsets, segments, checkpoints, disk use")
 
     query = commands.add_parser("query", help="look messages up as the broker does")
@@ -270,6 +290,42 @@ def cmd_lag(args, settings) -> int:
     return 0
 
 
+def cmd_pipeline(args, settings) -> int:
+    from rmqlake.pipelines import job_arguments, load_pipeline, render
+    from rmqlake.timeutil import parse_timestamp, to_datetime
+
+    spec = load_pipeline(os.path.join(args.pipelines, f"{args.name}.yaml"))
+    for text in args.params:
+        name, sep, value = text.partition("=")
+        if not sep or name not in spec.params:
+            raise UsageError(
+                f"--param {text!r}: expected NAME=VALUE with NAME one of {', '.join(spec.params) or '(none)'}"
+            )
+        spec = spec.model_copy(update={"params": {**spec.params, name: value}})
+    logical_date = to_datetime(parse_timestamp(args.logical_date, option="--logical-date"))
+    shared = ["--conf", args.conf, "--log-level", args.log_level]
+    shared += ["--env", args.env] if args.env else []
+    shared += ["--lake", args.lake] if args.lake else []
+    for override in args.overrides:
+        shared += ["--set", override]
+    results, failed = [], None
+    for name in spec.order():
+        task = spec.tasks[name]
+        if failed is not None:
+            results.append({"task": name, "job": task.job, "state": "upstream_failed", "seconds": 0})
+            continue
+        argv = [task.job, *render(job_arguments(task), spec=spec, logical_date=logical_date), *shared]
+        log.info("pipeline %s, task %s: rmqlake %s", spec.name, name, " ".join(argv))
+        started = time.monotonic()
+        code = main(argv)
+        state = "success" if code == 0 else "failed"
+        results.append({"task": name, "job": task.job, "state": state, "seconds": round(time.monotonic() - started, 1)})
+        if code != 0:
+            failed = code
+    _emit(args, results)
+    return 0 if failed is None else 1
+
+
 def cmd_status(args, settings) -> int:
     from rmqlake.steps.status import status
 
@@ -314,7 +370,7 @@ def cmd_query(args, settings) -> int:
             at=parse_timestamp(args.at, option="--at"),
             boundary=args.boundary,
             units_per_file=store.cq_units_per_file,
-            min_phy_offset=_min_physical_offset(lake),
+            min_phy_offset=lake.min_physical_offset(),
             min_offsets=min_offsets,
         )
         _emit(args, result)
@@ -367,11 +423,6 @@ def cmd_query(args, settings) -> int:
     return 0
 
 
-def _min_physical_offset(lake) -> int:
-    live = [r["start_offset"] for r in lake.read_arrow("segments").to_pylist() if r["status"] != "deleted"]
-    return min(live, default=0)
-
-
 COMMANDS.update(
     generate=cmd_generate,
     ingest=cmd_ingest,
@@ -381,6 +432,7 @@ COMMANDS.update(
     vacuum=cmd_vacuum,
     offsets=cmd_offsets,
     lag=cmd_lag,
+    pipeline=cmd_pipeline,
     status=cmd_status,
     query=cmd_query,
 )
