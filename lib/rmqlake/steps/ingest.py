@@ -97,11 +97,13 @@ def _refuse_when_disk_full(state: dict, settings: Settings) -> None:
         return
     usage = expire.get("disk_usage")
     if settings.ingest.write_when_disk_full:
-        log.warning("the disk-full flag is set (usage %s); writing anyway: ingest.write_when_disk_full=true", usage)
+        log.warning(
+            "the disk-full flag is set (usage %.2f%%); writing anyway: ingest.write_when_disk_full=true", usage * 100
+        )
         return
     raise RefusedError(
-        f"the lake's disk-full flag is set: the last expire run measured disk usage {usage} above "
-        f"retention.disk_warning_ratio ({settings.retention.disk_warning_ratio}), so a broker would reject writes "
+        f"the lake's disk-full flag is set: the last expire run measured disk usage {usage:.2%}, above "
+        f"retention.disk_warning_ratio ({settings.retention.disk_warning_ratio:.0%}), so a broker would reject writes "
         "(SERVICE_NOT_AVAILABLE). Nothing was written. Run `rmqlake expire` to free space (the flag clears once "
         "usage is at or below retention.disk_clean_forcibly_ratio), or --set ingest.write_when_disk_full=true"
     )

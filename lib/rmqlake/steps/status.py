@@ -41,7 +41,7 @@ def status(settings: Settings) -> dict:
         "checkpoint_index": iso(reput.get("index_msg_timestamp")),
         "index_files": len(lake.read_arrow("indexfile_header", columns=["index_file"])),
         "disk_full": bool(expire.get("disk_full", False)),
-        "disk_usage": expire.get("disk_usage"),
+        "disk_usage_percent": round(expire["disk_usage"] * 100, 4) if expire.get("disk_usage") is not None else None,
         "last_expire_now": iso(expire.get("last_now")),
     }
     positions = ledger.state.get("compaction", {}).get("positions", {})
