@@ -306,7 +306,11 @@ class Lake:
             final = f"{op.table}/{data_file.path}"
             staged = f"{staging}/{data_file.path}"
             if self.storage.exists(staged):
-                self.storage.move(staged, final)
+                try:
+                    self.storage.move(staged, final)
+                except OSError:  # a concurrent roll-forward of the same run moved it first
+                    if not self.storage.exists(final):
+                        raise
             elif not self.storage.exists(final):
                 raise LakeStateError(
                     f"file {final} of run {run_id} is neither staged nor in place; the lake cannot be rolled forward"

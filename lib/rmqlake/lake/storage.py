@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from urllib.parse import urlparse
@@ -76,7 +77,8 @@ class Storage:
         self.fs.move(self._path(source), self._path(destination))
 
     def delete_dir(self, relative: str) -> None:
-        if self.exists(relative):
+        """Remove a folder and its files; gone already (e.g. removed by a concurrent roll-forward) is fine."""
+        with contextlib.suppress(FileNotFoundError):
             self.fs.delete_dir(self._path(relative))
 
     def delete_file(self, relative: str) -> None:
