@@ -17,7 +17,6 @@ Sources: store/.../kv/CompactionLog.java (``shouldRetainMsg``,
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Mapping
 
 SPARSE_CQ_UNIT_SIZE = 46  # BatchConsumeQueue.CQ_STORE_UNIT_SIZE
 DEFAULT_COMPACTION_CQ_FILE_SIZE = 10 * 1024 * 1024  # compactionCqMappedFileSize
@@ -40,17 +39,6 @@ JAVA_WHITESPACE_CONTROLS = "\t\n\u000b\f\r\u001c\u001d\u001e\u001f"
 NO_BREAK_SPACES = "\u00a0\u2007\u202f"
 # the same set as a Java regex class, for Spark (which evaluates regular expressions with java.util.regex)
 JAVA_WHITESPACE_REGEX = r"[[\t\n\x0B\f\r\x1C-\x1F]\p{Z}&&[^\u00A0\u2007\u202F]]"
-
-
-def compaction_key(properties: Mapping[str, str] | None) -> str | None:
-    """The key a compaction topic compacts on: the whole KEYS property, or None when it is blank."""
-    keys = (properties or {}).get("KEYS")
-    return None if is_blank(keys) else keys
-
-
-def is_tombstone(body: bytes | None) -> bool:
-    """A latest record with an empty body removes its key (``ArrayUtils.isNotEmpty(body)`` is false)."""
-    return not body
 
 
 def sparse_cq_file_size(configured: int = DEFAULT_COMPACTION_CQ_FILE_SIZE) -> int:

@@ -197,7 +197,7 @@ def _compacted_rows(spark, lake: Lake, queues: list[tuple[str, int]]):
     for topic, queue in queues:
         wanted = wanted | ((F.col("topic") == topic) & (F.col("queue_id") == queue))
     frame = frame.select(*COMMITLOG.columns).filter(wanted)
-    return frame.withColumn(T.KEY, T.compaction_key(frame))
+    return frame.withColumn(T.KEY, T.compaction_key())
 
 
 def _since(started: float) -> float:

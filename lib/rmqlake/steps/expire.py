@@ -25,6 +25,7 @@ from rmqlake.config import Settings
 from rmqlake.errors import CheckFailedError
 from rmqlake.formats import retention as R
 from rmqlake.formats.consumequeue import CQ_UNIT_SIZE
+from rmqlake.formats.indexfile import index_file_size
 from rmqlake.lake import Lake, LakeRun, run_with_retries
 from rmqlake.lake.actions import DataFile, partition_values_from_path
 from rmqlake.lake.spark_io import group_folder, read_table
@@ -211,7 +212,6 @@ def _expire(
         disk_usage=round(disk.usage, 6),
         manual_runs_left=trigger.manual_runs_left,
         queue_min_offsets=min_offsets,
-        min_physical_offset=new_min,
     )
     summary = {k: v for k, v in metrics.items() if k not in ("segments", "data_loss")}
     run.state.setdefault("runs", {})["expire"] = {
@@ -366,8 +366,6 @@ def _files_in(lake: Lake, table: str, column: str, values: set[str]) -> list[Dat
 
 
 def _index_file_bytes(settings: Settings) -> int:
-    from rmqlake.formats.indexfile import index_file_size
-
     return index_file_size(settings.store.index_slots, settings.store.index_max_entries)
 
 

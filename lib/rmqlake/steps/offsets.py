@@ -139,10 +139,14 @@ def lag(settings: Settings, *, group: str | None = None) -> dict:
             }
         )
     history = []
+    highs: dict[tuple[str, int, int], int] = {}  # one scan per queue and snapshot, whatever the groups
     for moment in sorted(by_time):
         totals: dict[tuple[str, str], int] = defaultdict(int)
         for row in by_time[moment]:
-            high = max_offset_at(lake, row["topic"], row["queue_id"], moment)
+            queue = (row["topic"], row["queue_id"], moment)
+            if queue not in highs:
+                highs[queue] = max_offset_at(lake, row["topic"], row["queue_id"], moment)
+            high = highs[queue]
             totals[(row["group"], row["topic"])] += max(0, high - row["offset"])
         history += [{"as_of": iso(moment), "group": g, "topic": t, "lag": n} for (g, t), n in sorted(totals.items())]
     return {"latest": latest, "history": history}

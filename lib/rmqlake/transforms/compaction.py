@@ -24,8 +24,8 @@ from rmqlake.formats.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE
 KEY = "compaction_key"
 
 
-def compaction_key(frame):
-    """The whole KEYS property, null when blank (``StringUtils.isBlank``)."""
+def compaction_key():
+    """The whole KEYS property, null when blank (``StringUtils.isBlank``), as a column expression."""
     keys = F.element_at("properties", F.lit("KEYS"))
     return F.when(F.regexp_replace(keys, JAVA_WHITESPACE_REGEX, "") != "", keys)
 
@@ -49,7 +49,7 @@ def dispatched_messages(commitlog, *, positions: Mapping[str, int], end: int):
         & (F.col("physical_offset") < end)
         & transaction.isin(TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
     )
-    return frame.withColumn(KEY, compaction_key(frame))
+    return frame.withColumn(KEY, compaction_key())
 
 
 def latest_per_key(messages):
