@@ -174,13 +174,13 @@ def test_two_concurrent_ingests_commit_one_after_the_other(tmp_path, landing, ja
         )
         for hour in hours
     ]
-    staging = lake / "commitlog" / "_staging"
     deadline = time.time() + 300
-    while not (staging.exists() and len(list(staging.iterdir())) == 2) and time.time() < deadline:
+    while len(list(tmp_path.glob("go.waiting.*"))) < 2 and time.time() < deadline:
         time.sleep(0.1)
-    time.sleep(2)  # both runs are now holding just before their ledger commit, from the same ledger version
-    flag.touch()
+    flag.touch()  # both runs hold just before their ledger commit, computed from the same ledger version
     outputs = [run.communicate(timeout=600) for run in runs]
+    for number, (_, err) in enumerate(outputs):
+        (tmp_path / f"run-{number}.stderr").write_text(err)  # kept by pytest for the last sessions
     assert [run.returncode for run in runs] == [0, 0], [err[err.find("Traceback") :][:4000] for _, err in outputs]
     assert sum("lost a commit race; recomputing on the new lake state" in err for _, err in outputs) == 1
     commitlog = table_rows(lake, "commitlog")

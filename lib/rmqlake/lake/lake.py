@@ -224,12 +224,17 @@ class Lake:
 
     # -- runs ---------------------------------------------------------------------
     def begin(self, job: str, *, run_id: str | None = None, batch_id: str | None = None) -> LakeRun:
-        """Start a run: finish any run that was decided but not fully applied, then read the state."""
+        """Start a run on the latest ledger entry, after making the tables hold everything it decided.
+
+        The entry is read first and then rolled forward (not the other way
+        round): a run committed in between would otherwise be the base while
+        its table commits may still be missing.
+        """
         if self.read_only:
             raise ValueError("this Lake was opened read_only (pinned snapshots, for lookups); open another to write")
-        self.roll_forward()
-        self._sweep_staging()
         base = read_ledger(self.root, storage_options=self.storage_options, create=True)
+        self._roll_forward(base)
+        self._sweep_staging()
         run_id = run_id or f"{job}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
         return LakeRun(self, job=job, run_id=run_id, base=base, batch_id=batch_id)
 
@@ -239,7 +244,9 @@ class Lake:
         Returns:
             The tables that were committed now (empty when nothing was pending).
         """
-        entry = self.ledger()
+        return self._roll_forward(self.ledger())
+
+    def _roll_forward(self, entry: LedgerEntry) -> list[str]:
         if not entry.manifest:
             return []
         applied = self._apply_manifest(entry, quiet=True)
@@ -444,6 +451,13 @@ class LakeRun:
         self.lake._apply_manifest(entry)
         return {name: self.lake.version(name) for name in self.ops}
 
+    def lake_moved(self) -> bool:
+        """Whether another run has committed to the ledger since this run read its base."""
+        if self.committed:
+            return False
+        latest = read_ledger(self.lake.root, storage_options=self.lake.storage_options)
+        return latest.version != self.base.version
+
     def abort(self) -> None:
         """Remove this run's staged files (the run was not committed)."""
         if self.committed:
@@ -457,7 +471,8 @@ def _crash_point(name: str) -> None:
 
     ``RMQLAKE_CRASH_AT=<name>`` kills the process here, as ``kill -9`` would;
     ``RMQLAKE_HOLD_AT=<name>:<path>`` waits (up to 5 minutes) until ``path``
-    exists, so a test can line two runs up at the same point.
+    exists, so a test can line two runs up at the same point; while waiting,
+    ``<path>.waiting.<pid>`` exists.
     """
     crash = os.environ.get("RMQLAKE_CRASH_AT")
     if crash == name:
@@ -467,19 +482,35 @@ def _crash_point(name: str) -> None:
     if hold.startswith(name + ":"):
         flag = hold[len(name) + 1 :]
         log.warning("RMQLAKE_HOLD_AT: waiting at %s for %s (test hook)", name, flag)
+        waiting = f"{flag}.waiting.{os.getpid()}"
+        with open(waiting, "w"):
+            pass
         deadline = time.time() + 300
         while not os.path.exists(flag) and time.time() < deadline:
             time.sleep(0.1)
+        os.remove(waiting)
 
 
 def run_with_retries(lake: Lake, job: str, work: Callable[[LakeRun], dict], *, retries: int, batch_id=None) -> dict:
-    """Run ``work`` in a lake run, recomputing on a fresh state after a lost commit race."""
+    """Run ``work`` in a lake run, recomputing on a fresh state after a lost commit race.
+
+    A run reads tables while it works, not all at the start; when another run
+    commits meanwhile, those reads can mix two lake states, so whatever the
+    run then raises is a symptom of the race, not a fault of its input: it is
+    recomputed too. (Nothing mixed can commit: the ledger commit would
+    conflict.)
+    """
     attempt = 0
     while True:
         run = lake.begin(job, batch_id=batch_id)
         try:
             return work(run)
-        except CommitConflictError as exc:
+        except Exception as exc:
+            if run.committed:  # decided: a later run rolls it forward; never recompute it
+                raise
+            run.abort()
+            if not isinstance(exc, CommitConflictError) and not run.lake_moved():
+                raise
             attempt += 1
             if attempt > retries:
                 raise CommitConflictError(

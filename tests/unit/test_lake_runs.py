@@ -1,0 +1,71 @@
+"""Lake runs racing each other, in one process (real delta-rs tables, no Spark).
+
+The process-level race (two ingest processes) is in tests/e2e; here each
+interleaving is forced exactly.
+"""
+
+import pyarrow as pa
+import pytest
+
+from rmqlake.errors import CommitConflictError
+from rmqlake.lake import Lake, run_with_retries
+from rmqlake.lake.tables import INGEST_FILES
+
+
+def _commit_one_file(lake: Lake, path: str) -> None:
+    """A whole run of another job: one ingest_files row, committed."""
+    run = lake.begin("other")
+    row = {name: None for name in INGEST_FILES.columns} | {"path": path, "size_bytes": 1, "batch_id": path}
+    run.stage_arrow("ingest_files", pa.Table.from_pylist([row]), mode="append")
+    run.state["marker"] = path
+    run.commit()
+
+
+def test_an_error_raised_while_another_run_committed_is_a_lost_race(tmp_path):
+    lake = Lake(str(tmp_path / "lake"))
+    seen = []
+
+    def work(run):
+        seen.append((run.base.seq, run.state.get("marker")))
+        if len(seen) == 1:
+            # another run commits while this one works; this one then trips over the mixed state
+            _commit_one_file(Lake(str(tmp_path / "lake")), "concurrent")
+            raise ValueError("batch wrote to segment 00000000000000393216, which is sealed")
+        run.commit()
+        return {"seq": run.seq}
+
+    result = run_with_retries(lake, "ingest", work, retries=2)
+
+    assert seen == [(0, None), (1, "concurrent")]
+    assert result == {"seq": 2}
+    assert lake.ledger().seq == 2
+
+
+def test_an_error_without_a_concurrent_commit_is_raised_at_once(tmp_path):
+    lake = Lake(str(tmp_path / "lake"))
+    attempts = []
+
+    def work(run):
+        attempts.append(run.run_id)
+        run.stage_arrow("ingest_files", INGEST_FILES.arrow_schema.empty_table(), mode="append")
+        raise ValueError("bad input")
+
+    with pytest.raises(ValueError, match="bad input"):
+        run_with_retries(lake, "ingest", work, retries=2)
+    assert len(attempts) == 1
+    assert not (tmp_path / "lake" / "ingest_files" / "_staging" / attempts[0]).exists()
+
+
+def test_a_run_that_keeps_losing_stops_after_the_configured_retries(tmp_path):
+    lake = Lake(str(tmp_path / "lake"))
+    attempts = []
+
+    def work(run):
+        attempts.append(run.base.seq)
+        _commit_one_file(Lake(str(tmp_path / "lake")), f"concurrent-{len(attempts)}")
+        run.commit()
+
+    with pytest.raises(CommitConflictError, match=r"lost the commit race 3 times \(lake.commit_retries=2\)"):
+        run_with_retries(lake, "ingest", work, retries=2)
+    assert attempts == [0, 1, 2]
+    assert lake.ledger().seq == 3
