@@ -97,6 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--as-of", help="snapshot time (epoch ms or ISO-8601; default: from the file name)")
     lag = commands.add_parser("lag", parents=[common], help="consumer lag per group, topic and queue")
     lag.add_argument("--group", help="only this consumer group")
+    quality = commands.add_parser(
+        "quality", parents=[common], help="data-quality suites -> dq_results, Data Docs; exit 1 on a critical failure"
+    )
+    quality.add_argument(
+        "--suite",
+        action="append",
+        dest="suites",
+        help="a suite (commitlog.critical) or a table's suites (commitlog); repeatable; default: all",
+    )
+    quality.add_argument("--now", help="time recorded for the results (epoch ms or ISO-8601; default: now)")
     pipeline = commands.add_parser("pipeline", help="run a pipeline spec locally, in order, as Airflow would")
     pipeline_commands = pipeline.add_subparsers(dest="pipeline_command", metavar="ACTION", required=True)
     pipeline_run = pipeline_commands.add_parser("run", parents=[common], help="run every task of one logical date")
@@ -290,6 +300,40 @@ def cmd_lag(args, settings) -> int:
     return 0
 
 
+def cmd_quality(args, settings) -> int:
+    from rmqlake.quality.suites import select_suites
+    from rmqlake.steps.quality import quality
+
+    try:
+        select_suites(args.suites)  # before Spark starts
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+    result = quality(_spark(settings, args, "quality"), settings, suites=args.suites, now=_now(args.now))
+    if args.json:
+        _emit(args, result)
+    else:
+        rows = [
+            {
+                "suite": s["suite"],
+                "rows": s["rows"],
+                "expectations": s["expectations"],
+                "failed": s["failed"],
+                "result": "ok" if not s["failed"] else ("FAILED" if s["severity"] == "critical" else "warning"),
+                "table_versions": ",".join(f"{t}@{v}" for t, v in s["table_versions"].items()),
+            }
+            for s in result["suites"]
+        ]
+        _emit(args, rows or [{"status": result["status"]}])
+        sys.stdout.write(f"Data Docs: {result['data_docs']}\n")
+    if result["critical_failures"]:
+        sys.stderr.write(
+            f"rmqlake quality: {result['critical_failures']} critical expectation(s) FAILED; see dq_results and the "
+            "Data Docs\n"
+        )
+        return 1
+    return 0
+
+
 def cmd_pipeline(args, settings) -> int:
     from rmqlake.pipelines import job_arguments, load_pipeline, render
     from rmqlake.timeutil import parse_timestamp, to_datetime
@@ -433,6 +477,7 @@ COMMANDS.update(
     offsets=cmd_offsets,
     lag=cmd_lag,
     pipeline=cmd_pipeline,
+    quality=cmd_quality,
     status=cmd_status,
     query=cmd_query,
 )

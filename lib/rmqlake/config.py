@@ -163,6 +163,13 @@ class IngestSettings(_Section):
     write_when_disk_full: bool = False
 
 
+class QualitySettings(_Section):
+    """Where the Great Expectations project and its Data Docs live, and how much a failure shows."""
+
+    project_dir: str | None = None
+    partial_unexpected_count: int = Field(20, ge=0, le=1000)
+
+
 class TopicSettings(_Section):
     """One topic of ``topics.yaml``."""
 
@@ -180,6 +187,7 @@ class Settings(_Section):
     lake: LakeSettings = LakeSettings()
     spark: SparkSettings = SparkSettings()
     ingest: IngestSettings = IngestSettings()
+    quality: QualitySettings = QualitySettings()
     topics: dict[str, TopicSettings] = Field(default_factory=dict)
 
     @field_validator("topics")

@@ -85,6 +85,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{expired['index_files_deleted']} index files; disk usage {expired['disk']['usage']:.4%}; "
         f"unconsumed messages deleted: {expired['unconsumed_messages_deleted']}"
     )
+    from rmqlake.steps.quality import quality
+
+    checked = quality(spark, settings, now=expire_at)
+    print("\nquality suites (Great Expectations) after expiry:")
+    print(
+        render_table(
+            [{k: s[k] for k in ("suite", "rows", "expectations", "failed", "seconds")} for s in checked["suites"]]
+        )
+    )
     print("\nconsumer lag at the last snapshot (first queues):")
     print(render_table(lag(settings)["latest"][:8]))
     lake = open_lake(settings)
@@ -109,6 +118,9 @@ Tables (Delta Lake) under {root}:
   compaction_log    latest message per key of COMPACTION topics ({", ".join(settings.compaction_topics())})
   compaction_cq     the compacted queues (original queue offsets, with gaps)
   consumer_offsets  consumer offset snapshots from {args.data}/offsets
+  dq_results        one row per quality expectation per run (success, observed values, table version)
+
+Data Docs (every quality run's results): {checked["data_docs"]}
 
 Ask it what a broker would answer:
   .venv/bin/rmqlake status --env local
@@ -117,6 +129,7 @@ Ask it what a broker would answer:
   .venv/bin/rmqlake query time --env local --topic {topic} --queue 0 --at 2026-11-21T01:30:00Z
   .venv/bin/rmqlake query offset --env local --topic {compacted_topic} --queue 0 --offset 0 --compacted
   .venv/bin/rmqlake lag --env local --group cg_audit
+  .venv/bin/rmqlake quality --env local --suite commitlog
   .venv/bin/rmqlake expire --env local --now {(expire_at + timedelta(days=1)):%Y-%m-%dT%H:%M:%SZ} --dry-run
 
 Or read the tables with any Delta reader:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rmqlake.errors import ConfigError
 
-JOBS = ("ingest", "reput", "compact", "expire", "offsets", "lag", "vacuum")
+JOBS = ("ingest", "reput", "compact", "expire", "offsets", "lag", "vacuum", "quality")
 CRON_PRESETS = {"@hourly": "0 * * * *", "@daily": "0 0 * * *"}
 PRESETS = (*CRON_PRESETS, "@once")
 

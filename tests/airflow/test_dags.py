@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import REPO
-
-os.environ.setdefault("AIRFLOW_HOME", str(REPO / ".airflow-test"))  # never the user's ~/airflow
-
 from airflow.dag_processing.dagbag import DagBag
 
 from rmqlake.pipelines import load_pipelines
+from tests.conftest import REPO
 
 EXPECTED = {
-    "ingest_hourly": ("0 * * * *", {"ingest": [], "reput": ["ingest"], "compact": ["reput"]}),
-    "compaction": ("*/15 * * * *", {"compact": []}),
-    "expiry": ("0 4 * * *", {"expire": [], "vacuum": ["expire"]}),
+    "ingest_hourly": ("0 * * * *", {"ingest": [], "reput": ["ingest"], "compact": ["reput"], "quality": ["compact"]}),
+    "compaction": ("*/15 * * * *", {"compact": [], "quality": ["compact"]}),
+    "expiry": ("0 4 * * *", {"expire": [], "vacuum": ["expire"], "quality": ["expire"]}),
     "disk_check": ("*/10 * * * *", {"expire": []}),
     "consumer_offsets": ("0 * * * *", {"offsets": [], "lag": ["offsets"]}),
 }

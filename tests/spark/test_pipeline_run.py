@@ -50,6 +50,7 @@ def test_hours_run_in_order_and_a_missing_hour_stops_downstream(tmp_path, capsys
         ("ingest", "success"),
         ("reput", "success"),
         ("compact", "success"),
+        ("quality", "success"),
     ]
     state = Lake(str(lake)).state()
     first_hour = state["runs"]["ingest"]
@@ -63,6 +64,7 @@ def test_hours_run_in_order_and_a_missing_hour_stops_downstream(tmp_path, capsys
         ("ingest", "failed"),
         ("reput", "upstream_failed"),
         ("compact", "upstream_failed"),
+        ("quality", "upstream_failed"),
     ]
     assert {t: Lake(str(lake)).version(t) for t in before} == before  # the lake is as it was
 

@@ -14,7 +14,7 @@ from tests.conftest import REPO
 
 def test_ingest_hourly_renders_the_hour_it_covers():
     spec = load_pipeline(REPO / "pipelines" / "ingest_hourly.yaml")
-    assert spec.order() == ["ingest", "reput", "compact"]
+    assert spec.order() == ["ingest", "reput", "compact", "quality"]
     logical = to_datetime(parse_timestamp("2026-11-21T23:00:00Z"))
     args = render(job_arguments(spec.tasks["ingest"]), spec=spec, logical_date=logical)
     assert args == [

@@ -162,6 +162,14 @@ CONSUMER_OFFSETS = TableSpec(
     "(source_file is extra)",
 )
 
+DQ_RESULTS = TableSpec(
+    "dq_results",
+    """run_id string, suite string, table_name string, expectation string, success boolean, observed string,
+    severity string, table_version bigint, checked_at timestamp""",
+    (),
+    "one row per expectation per quality run; observed: the GX result (counts, unexpected values) as JSON",
+)
+
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
     for spec in (
@@ -175,6 +183,7 @@ TABLES: dict[str, TableSpec] = {
         COMPACTION_LOG,
         COMPACTION_CQ,
         CONSUMER_OFFSETS,
+        DQ_RESULTS,
     )
 }
 

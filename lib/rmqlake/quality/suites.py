@@ -1,0 +1,147 @@
+"""The quality suites, built in code: ``<table>.<severity>``, each a frame builder and its expectations.
+
+A critical expectation is an invariant of the store: when it fails the
+tables are not what a broker would hold, and ``rmqlake quality`` exits
+non-zero. A warning is reported and kept, and does not fail the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import great_expectations.expectations as gxe
+
+from rmqlake.config import Settings
+from rmqlake.formats.record import END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2, RECORD_OVERHEAD_ALLOWANCE, record_size
+from rmqlake.quality import frames
+
+CRITICAL, WARNING = "critical", "warning"
+
+
+@dataclass(frozen=True)
+class Suite:
+    """``name`` = ``<table>.<severity>``; ``tables``: what ``frame`` reads (their versions are recorded)."""
+
+    name: str
+    tables: tuple[str, ...]
+    frame: Callable  # (tables: dict[str, DataFrame], settings) -> DataFrame
+    expectations: Callable  # (settings) -> list[gxe.Expectation]
+
+    @property
+    def table(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def severity(self) -> str:
+        return self.name.split(".", 1)[1]
+
+
+def _true(column: str, description: str) -> gxe.Expectation:
+    """Every applicable row (not null) has ``column`` true."""
+    return gxe.ExpectColumnValuesToBeInSet(column=column, value_set=[True], description=description)
+
+
+def record_size_bounds(settings: Settings) -> tuple[int, int]:
+    """Smallest possible record (empty body, 1-byte topic, IPv4 hosts) and the largest the store accepts."""
+    smallest = record_size(
+        body_length=0, topic_length=1, properties_length=0, born_v6=False, store_v6=False, magic=MAGIC_V1
+    )
+    largest = min(
+        settings.store.max_message_size + RECORD_OVERHEAD_ALLOWANCE,
+        settings.store.commitlog_segment_size - END_FILE_MIN_BLANK_LENGTH,
+    )
+    return smallest, largest
+
+
+def _commitlog_critical(settings: Settings) -> list:
+    smallest, largest = record_size_bounds(settings)
+    return [
+        gxe.ExpectColumnValuesToBeInSet(
+            column="magic", value_set=[MAGIC_V1, MAGIC_V2], description="magic code is V1 or V2"
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="total_size",
+            min_value=smallest,
+            max_value=largest,
+            description="record size within the smallest record and what the store accepts",
+        ),
+        _true("size_matches_formula", "TOTALSIZE equals the size formula of the record's fields"),
+        _true("crc_matches", "body CRC equals CRC32 of the body recomputed"),
+        _true("msg_id_matches", "msg_id is the offsetMsgId of store host + physical offset"),
+        _true("follows_previous", "each record starts where the previous record of its segment ends"),
+        _true("segment_end_matches", "last record's end + recorded padding = the segment's end offset"),
+        _true("queue_offset_follows", "queue offsets of dispatchable messages are contiguous per queue"),
+        gxe.ExpectColumnValuesToBeUnique(
+            column="queue_slot", description="no two dispatchable messages share (topic, queue, queue offset)"
+        ),
+        gxe.ExpectColumnValuesToNotBeNull(column="segment", description="every message belongs to a segment"),
+    ]
+
+
+def _segments_critical(settings: Settings) -> list:
+    return [
+        _true("follows_previous", "each segment starts where the previous one ends"),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="size_bytes",
+            min_value=0,
+            max_value=settings.store.commitlog_segment_size,
+            description="segment sizes are at most store.commitlog_segment_size",
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="status", value_set=["active", "sealed", "deleted"], description="status is known"
+        ),
+        gxe.ExpectColumnValuesToBeUnique(column="active_marker", description="at most one active segment"),
+        gxe.ExpectColumnDistinctValuesToContainSet(
+            column="active_marker", value_set=["active"], description="an active segment exists"
+        ),
+    ]
+
+
+def _rejected_critical(settings: Settings) -> list:
+    return [
+        gxe.ExpectColumnValuesToNotBeNull(column="reason", description="every rejected line has a reason"),
+        gxe.ExpectColumnValueLengthsToBeBetween(column="reason", min_value=1, description="reasons are not empty"),
+        gxe.ExpectColumnValuesToNotBeNull(column="source_file", description="every rejected line names its file"),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="source_line", min_value=1, description="every rejected line has its (1-based) line number"
+        ),
+    ]
+
+
+SUITES: dict[str, Suite] = {
+    suite.name: suite
+    for suite in (
+        Suite(
+            "commitlog.critical",
+            ("commitlog", "segments"),
+            lambda t, settings: frames.commitlog_frame(t["commitlog"], t["segments"]),
+            _commitlog_critical,
+        ),
+        Suite(
+            "segments.critical",
+            ("segments",),
+            lambda t, settings: frames.segments_frame(t["segments"]),
+            _segments_critical,
+        ),
+        Suite("rejected.critical", ("rejected",), lambda t, settings: t["rejected"], _rejected_critical),
+    )
+}
+
+
+def select_suites(names: list[str] | None) -> list[Suite]:
+    """The suites to run: all, or those named (a table name selects all its suites).
+
+    Raises:
+        KeyError: a name that is neither a suite nor a table with suites, with the allowed names.
+    """
+    if not names:
+        return list(SUITES.values())
+    chosen: list[Suite] = []
+    for name in names:
+        matches = [s for s in SUITES.values() if name in (s.name, s.table)]
+        if not matches:
+            allowed = ", ".join(sorted({*SUITES, *(s.table for s in SUITES.values())}))
+            raise KeyError(f"--suite {name!r} is not a quality suite; allowed: {allowed}")
+        chosen += [s for s in matches if s not in chosen]
+    return chosen

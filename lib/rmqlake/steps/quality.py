@@ -1,0 +1,208 @@
+"""The quality job: run the suites on Spark DataFrames with Great Expectations, keep one ``dq_results`` row per
+expectation, and build the Data Docs.
+
+The GX project is a file context (``quality.project_dir``, by default
+``<lake>/_quality``), so the Data Docs keep every run's results, browsable
+over time. Results rows are committed through the ledger like any run: a
+run that races a writer is recomputed on the new tables, so the versions
+recorded are the versions checked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from rmqlake.config import Settings
+from rmqlake.errors import UsageError
+from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake.spark_io import read_table
+from rmqlake.lake.tables import DQ_RESULTS
+from rmqlake.quality.suites import CRITICAL, Suite, select_suites
+from rmqlake.steps.ingest import open_lake
+
+log = logging.getLogger(__name__)
+DATASOURCE = "rmqlake"
+DOCS_SITE = "rmqlake_site"
+
+
+def project_dir(settings: Settings) -> Path:
+    """The GX project folder: ``quality.project_dir``, else ``_quality`` inside a local lake folder."""
+    if settings.quality.project_dir:
+        return Path(settings.quality.project_dir)
+    root = settings.lake.root
+    if "://" in root and not root.startswith("file://"):
+        raise UsageError(
+            f"quality.project_dir is required for a lake at {root}: the Data Docs are written to a local folder"
+        )
+    return Path(root.removeprefix("file://")) / "_quality"
+
+
+def quality(spark, settings: Settings, *, suites: list[str] | None = None, now: datetime | None = None) -> dict:
+    """Run the quality suites (all, or ``suites``) on the lake's current tables.
+
+    Returns:
+        Metrics: ``status`` (``checked``, or ``already_checked`` when every
+        suite already ran on the same table versions), ``suites`` (one
+        summary each: expectations, failed, severity, table versions),
+        ``critical_failures``, ``warnings``, ``data_docs`` (index.html),
+        ``seconds``.
+    """
+    try:
+        chosen = select_suites(suites)
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+    docs_root = project_dir(settings)
+    lake = open_lake(settings)
+    started = time.monotonic()
+    now = now or datetime.now(UTC)
+
+    def work(run: LakeRun) -> dict:
+        return _check(spark, settings, lake, run, chosen, docs_root=docs_root, now=now, started=started)
+
+    return run_with_retries(lake, "quality", work, retries=settings.lake.commit_retries)
+
+
+def _check(spark, settings, lake: Lake, run: LakeRun, chosen: list[Suite], *, docs_root, now, started) -> dict:
+    checked = run.state.setdefault("quality", {}).setdefault("checked", {})
+    names = sorted({t for suite in chosen for t in suite.tables})
+    versions = {name: lake.version(name) for name in names}
+    todo = [s for s in chosen if checked.get(s.name) != {t: versions[t] for t in s.tables}]
+    context = _context(docs_root)
+    if not todo:
+        log.info("every suite already ran on these table versions (%s); nothing to check", versions)
+        return {
+            "status": "already_checked",
+            "suites": [],
+            "critical_failures": 0,
+            "warnings": 0,
+            "data_docs": _docs_index(context),
+            "seconds": round(time.monotonic() - started, 3),
+        }
+    tables = {name: read_table(spark, lake, name) for name in names}
+    rows, summaries = [], []
+    for suite in todo:
+        suite_started = time.monotonic()
+        frame = suite.frame(tables, settings)
+        result = _validate(context, suite, suite.expectations(settings), frame, settings)
+        failed = 0
+        for outcome in result.results:
+            config = outcome.expectation_config
+            observed = {
+                "type": config.type,
+                "kwargs": {k: v for k, v in config.kwargs.items() if k != "batch_id"},
+                **{k: v for k, v in (outcome.result or {}).items() if k != "partial_unexpected_index_list"},
+            }
+            failed += not outcome.success
+            rows.append(
+                {
+                    "run_id": run.run_id,
+                    "suite": suite.name,
+                    "table_name": suite.table,
+                    "expectation": config.description or config.type,
+                    "success": bool(outcome.success),
+                    "observed": json.dumps(observed, default=str, sort_keys=True),
+                    "severity": suite.severity,
+                    "table_version": versions[suite.table],
+                    "checked_at": now,
+                }
+            )
+            if not outcome.success:
+                level = logging.ERROR if suite.severity == CRITICAL else logging.WARNING
+                log.log(level, "%s FAILED: %s; observed %s", suite.name, config.description, observed)
+        summaries.append(
+            {
+                "suite": suite.name,
+                "severity": suite.severity,
+                "expectations": len(result.results),
+                "failed": failed,
+                "rows": (result.results[0].result or {}).get("element_count") if result.results else None,
+                "table_versions": {t: versions[t] for t in suite.tables},
+                "seconds": round(time.monotonic() - suite_started, 3),
+            }
+        )
+        log.info("%s: %d expectations, %d failed", suite.name, len(result.results), failed)
+        checked[suite.name] = {t: versions[t] for t in suite.tables}
+    run.stage_arrow("dq_results", pa.Table.from_pylist(rows, schema=DQ_RESULTS.arrow_schema), mode="append")
+    critical = sum(s["failed"] for s in summaries if s["severity"] == CRITICAL)
+    warnings = sum(s["failed"] for s in summaries if s["severity"] != CRITICAL)
+    run.state.setdefault("runs", {})["quality"] = {
+        "seq": run.seq,
+        "run_id": run.run_id,
+        "at": now.isoformat(),
+        "critical_failures": critical,
+        "warnings": warnings,
+        "suites": len(summaries),
+    }
+    run.commit()
+    context.build_data_docs(site_names=[DOCS_SITE])
+    return {
+        "status": "checked",
+        "run_id": run.run_id,
+        "suites": summaries,
+        "critical_failures": critical,
+        "warnings": warnings,
+        "data_docs": _docs_index(context),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _context(root: Path):
+    """The GX file project at ``root`` with a local Data Docs site (created on first use)."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    root.mkdir(parents=True, exist_ok=True)
+    context = gx.get_context(mode="file", project_root_dir=str(root))
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    context.variables.analytics_enabled = False  # a batch job never phones home (and this machine is offline)
+    if DOCS_SITE not in context.get_site_names():
+        context.add_data_docs_site(
+            site_name=DOCS_SITE,
+            site_config={
+                "class_name": "SiteBuilder",
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                "store_backend": {
+                    "class_name": "TupleFilesystemStoreBackend",
+                    "base_directory": "data_docs",
+                },
+            },
+        )
+    return context
+
+
+def _docs_index(context) -> str:
+    return context.get_docs_sites_urls(site_name=DOCS_SITE)[0]["site_url"]
+
+
+def _validate(context, suite: Suite, expectations: list, frame, settings: Settings):
+    """Validate ``frame`` with the suite's expectations through GX's Spark datasource; the result is stored
+    in the project (for the Data Docs)."""
+    import great_expectations as gx
+
+    source = context.data_sources.add_or_update_spark(name=DATASOURCE)
+    try:
+        asset = source.get_asset(suite.name)
+    except LookupError:
+        asset = source.add_dataframe_asset(name=suite.name)
+    try:
+        batch = asset.get_batch_definition("whole table")
+    except KeyError:
+        batch = asset.add_batch_definition_whole_dataframe("whole table")
+    expectation_suite = gx.ExpectationSuite(name=suite.name, expectations=expectations)
+    expectation_suite = context.suites.add_or_update(expectation_suite)
+    definition = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=suite.name, data=batch, suite=expectation_suite)
+    )
+    return definition.run(
+        batch_parameters={"dataframe": frame},
+        result_format={
+            "result_format": "SUMMARY",
+            "partial_unexpected_count": settings.quality.partial_unexpected_count,
+        },
+    )
