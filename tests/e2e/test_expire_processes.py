@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from rmqlake.lake import Lake
-from tests.e2e.test_ingest_processes import SETTINGS, environment, landing, rmqlake, spark_submit  # noqa: F401
-from tests.e2e.test_reput_processes import INDEX, clean, ingested, rows  # noqa: F401
+from tests.e2e.processes import INDEX, SETTINGS, environment, rmqlake, rows, spark_submit
 
 pytestmark = pytest.mark.slow
 NOW = "2026-11-25T04:00:00Z"  # every sealed segment of the generated hours is past 72 h
@@ -22,42 +21,47 @@ def expire_args(lake: Path, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def expired(tmp_path_factory, clean) -> Path:  # noqa: F811 - the fixture imported above
+def expired(tmp_path_factory, reput_lake) -> Path:
     lake = tmp_path_factory.mktemp("expire-clean") / "lake"
-    shutil.copytree(clean, lake)
+    shutil.copytree(reput_lake, lake)
     result = json.loads(rmqlake(*expire_args(lake), "--json").stdout)
     assert result["segments_deleted"] == 10
     return lake
 
 
-@pytest.mark.parametrize("point", ["before-ledger-commit", "after-commit:commitlog"])
-def test_killed_expiry_then_rerun_with_the_same_now_equals_one_run(tmp_path, clean, expired, point):  # noqa: F811
+def test_killed_expiries_then_a_rerun_with_the_same_now_equal_one_run(tmp_path, reput_lake, expired):
     lake = tmp_path / "lake"
-    shutil.copytree(clean, lake)
-    crashed = rmqlake(*expire_args(lake), env=environment(RMQLAKE_CRASH_AT=point), check=False)
+    shutil.copytree(reput_lake, lake)
+    crashed = rmqlake(*expire_args(lake), env=environment(RMQLAKE_CRASH_AT="before-ledger-commit"), check=False)
     assert crashed.returncode == 137
-    if point == "after-commit:commitlog":  # decided: the next run of any job completes it first
-        status = json.loads(rmqlake("status", "--lake", str(lake), *SETTINGS, "--json").stdout.splitlines()[0])
-        assert status["pending_tables"]
-        # meanwhile a reader sees the lake before that run, never half of it
-        reader = Lake(str(lake), read_only=True)
-        for name in ("commitlog", "segments", "consumequeue"):
-            offsets = sorted(map(str, reader.read_arrow(name).to_pylist()))
-            assert offsets == sorted(map(str, Lake(str(clean)).read_arrow(name).to_pylist())), name
-        assert "expire" not in reader.state()
+    for name in EXPIRED_TABLES:
+        assert rows(lake, name) == rows(reput_lake, name), name  # nothing of it is visible
+
+    crashed = rmqlake(*expire_args(lake), env=environment(RMQLAKE_CRASH_AT="after-commit:commitlog"), check=False)
+    assert crashed.returncode == 137
+    # decided: the next run of any job completes it first
+    status = json.loads(rmqlake("status", "--lake", str(lake), *SETTINGS, "--json").stdout.splitlines()[0])
+    assert status["pending_tables"]
+    # meanwhile a reader sees the lake before that run, never half of it
+    reader = Lake(str(lake), read_only=True)
+    for name in ("commitlog", "segments", "consumequeue"):
+        offsets = sorted(map(str, reader.read_arrow(name).to_pylist()))
+        assert offsets == sorted(map(str, Lake(str(reput_lake)).read_arrow(name).to_pylist())), name
+    assert "expire" not in reader.state()
+
     again = json.loads(rmqlake(*expire_args(lake), "--json").stdout)
-    assert again["status"] == ("deleted" if point == "before-ledger-commit" else "already_applied")
+    assert again["status"] == "already_applied"
     for name in EXPIRED_TABLES:
         assert rows(lake, name) == rows(expired, name), name
 
 
-def test_dry_run_and_spark_submit_expire(tmp_path, clean, expired):  # noqa: F811
+def test_dry_run_and_spark_submit_expire(tmp_path, reput_lake, expired):
     lake = tmp_path / "lake"
-    shutil.copytree(clean, lake)
+    shutil.copytree(reput_lake, lake)
     plan = rmqlake(*expire_args(lake, "--dry-run"))
     assert "would delete" in plan.stderr and "expired" in plan.stdout
     for name in EXPIRED_TABLES:
-        assert rows(lake, name) == rows(clean, name), name
+        assert rows(lake, name) == rows(reput_lake, name), name
     spark_submit("expire", *expire_args(lake)[1:])
     for name in EXPIRED_TABLES:
         assert rows(lake, name) == rows(expired, name), name

@@ -6,95 +6,25 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
 
-from rmqlake.generate import TopicPlan, generate
-from tests.conftest import CONF, REPO
+from tests.conftest import REPO
+from tests.e2e.processes import (
+    BIN,
+    TABLES,
+    assert_same_tables,
+    environment,
+    ingest_args,
+    rmqlake,
+    spark_submit,
+    table_rows,
+    visible_rows,
+)
 from tests.reference import RefBroker, RefConfig
 
 pytestmark = pytest.mark.slow
-
-BIN = Path(sys.executable).parent
-NOW = "2026-11-22T00:00:00Z"
-SETTINGS = ["--env", "test", "--set", "store.commitlog_segment_size=8192", "--set", "ingest.sort_partitions=3"]
-TABLES = ("commitlog", "segments", "rejected", "ingest_files")
-TOPICS = [TopicPlan("OrderEvents", 8, False), TopicPlan("UserProfile", 4, True), TopicPlan("Clickstream", 4, False)]
-
-
-def environment(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_CONF_DIR=str(CONF))
-    env.pop("RMQLAKE_CRASH_AT", None)
-    env.update(extra)
-    return env
-
-
-def rmqlake(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [str(BIN / "rmqlake"), *args], cwd=REPO, env=env or environment(), capture_output=True, text=True, timeout=600
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"rmqlake {' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}")
-    return result
-
-
-def spark_submit(job: str, *args: str) -> subprocess.CompletedProcess:
-    """``spark-submit --master local[2] jobs/<job>.py ARGS`` from the repository, as users run it; must succeed."""
-    result = subprocess.run(
-        [str(BIN / "spark-submit"), "--master", "local[2]", f"jobs/{job}.py", *args],
-        cwd=REPO,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
-def ingest_args(lake: Path, source: Path) -> list[str]:
-    return ["ingest", "--lake", str(lake), "--input", str(source), "--now", NOW, *SETTINGS]
-
-
-def table_rows(lake: Path, name: str) -> list[dict]:
-    table = pa.table(DeltaTable(str(lake / name)).to_pyarrow_table())
-    keys = {"commitlog": "physical_offset", "segments": "start_offset"}.get(name)
-    rows = table.to_pylist()
-    return sorted(
-        rows, key=lambda r: r[keys] if keys else (r.get("source_file") or r.get("path"), r.get("source_line", 0))
-    )
-
-
-def visible_rows(lake: Path, name: str) -> int:
-    if not (lake / name / "_delta_log").exists():
-        return 0
-    return len(DeltaTable(str(lake / name)).to_pyarrow_table())
-
-
-@pytest.fixture(scope="module")
-def landing(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("input")
-    generate(root, messages=1200, topics=TOPICS, hours=2, bad_rate=0.01, seed=99)
-    return root / "landing"
-
-
-@pytest.fixture(scope="module")
-def clean_lake(tmp_path_factory, landing) -> Path:
-    lake = tmp_path_factory.mktemp("clean") / "lake"
-    metrics = json.loads(rmqlake(*ingest_args(lake, landing), "--json").stdout)
-    assert metrics["rows_in"] == 1212 and metrics["rows_out"] + metrics["rejected"] == 1212
-    return lake
-
-
-def assert_same_tables(lake: Path, clean: Path) -> None:
-    for name in TABLES:
-        assert table_rows(lake, name) == table_rows(clean, name), f"table {name} differs from the clean run"
 
 
 def test_configuration_error_exits_2_and_writes_nothing(tmp_path, landing):
@@ -112,33 +42,11 @@ def test_missing_input_exits_1_with_the_path(tmp_path):
     assert f"no input file matches {tmp_path / 'nope*.jsonl'}" in result.stderr
 
 
-def test_kill_before_the_ledger_commit_leaves_nothing_visible(tmp_path, landing, clean_lake):
+def test_runs_killed_during_the_write_before_and_after_the_ledger_commit_then_one_rerun(tmp_path, landing, clean_lake):
+    """One lake, three killed runs in a row, then a normal run: it equals a clean run."""
     lake = tmp_path / "lake"
-    crashed = rmqlake(
-        *ingest_args(lake, landing), env=environment(RMQLAKE_CRASH_AT="before-ledger-commit"), check=False
-    )
-    assert crashed.returncode == 137
-    assert list((lake / "commitlog" / "_staging").iterdir())  # its Parquet files were written...
-    assert all(visible_rows(lake, name) == 0 for name in TABLES)  # ...but nothing is visible
-    rmqlake(*ingest_args(lake, landing))
-    assert_same_tables(lake, clean_lake)
-
-
-def test_kill_after_the_ledger_commit_is_rolled_forward_by_the_next_run(tmp_path, landing, clean_lake):
-    lake = tmp_path / "lake"
-    crashed = rmqlake(
-        *ingest_args(lake, landing), env=environment(RMQLAKE_CRASH_AT="after-commit:commitlog"), check=False
-    )
-    assert crashed.returncode == 137
-    status = json.loads(rmqlake("status", "--lake", str(lake), "--json").stdout.splitlines()[0])
-    assert status["pending_tables"] and "commitlog" not in status["pending_tables"]
-    again = json.loads(rmqlake(*ingest_args(lake, landing), "--json").stdout)
-    assert again["status"] == "already_ingested"
-    assert_same_tables(lake, clean_lake)
-
-
-def test_kill_9_during_the_spark_write(tmp_path, landing, clean_lake):
-    lake = tmp_path / "lake"
+    staging = lake / "commitlog" / "_staging"
+    # 1. kill -9 of the whole process group while Spark writes Parquet
     process = subprocess.Popen(
         [str(BIN / "rmqlake"), *ingest_args(lake, landing)],
         cwd=REPO,
@@ -147,14 +55,31 @@ def test_kill_9_during_the_spark_write(tmp_path, landing, clean_lake):
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    staging = lake / "commitlog" / "_staging"
     deadline = time.time() + 300
     while not (staging.exists() and any(staging.iterdir())) and time.time() < deadline:
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
     assert all(visible_rows(lake, name) == 0 for name in TABLES)
-    rmqlake(*ingest_args(lake, landing))
+
+    # 2. killed just before the ledger commit: all its Parquet files are written, none is visible
+    crashed = rmqlake(
+        *ingest_args(lake, landing), env=environment(RMQLAKE_CRASH_AT="before-ledger-commit"), check=False
+    )
+    assert crashed.returncode == 137
+    assert len(list(staging.iterdir())) == 2  # both killed runs left staged files
+    assert all(visible_rows(lake, name) == 0 for name in TABLES)
+
+    # 3. killed after the ledger commit, between table commits: decided, rolled forward by the next run
+    crashed = rmqlake(
+        *ingest_args(lake, landing), env=environment(RMQLAKE_CRASH_AT="after-commit:commitlog"), check=False
+    )
+    assert crashed.returncode == 137
+    status = json.loads(rmqlake("status", "--lake", str(lake), "--json").stdout.splitlines()[0])
+    assert status["pending_tables"] and "commitlog" not in status["pending_tables"]
+
+    again = json.loads(rmqlake(*ingest_args(lake, landing), "--json").stdout)
+    assert again["status"] == "already_ingested"
     assert_same_tables(lake, clean_lake)
 
 

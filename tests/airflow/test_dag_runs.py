@@ -1,0 +1,134 @@
+"""Real DAG runs: ``dag.test()`` against a sqlite metadata DB, each task a real ``spark-submit`` of a job
+through SparkSubmitOperator (the default runner) and a ``spark`` connection to ``local[2]``.
+
+The ``ingest_hourly`` DAG runs two consecutive past hours in order, as a
+backfill or catch-up creates them (``max_active_runs`` is 1, so one after the
+other). The second hour's first attempt finds no landing folder: its ingest
+fails, reput and compaction do not run, and the lake is as it was. Re-run once
+the hour has landed, the lake equals the same two hours run one by one by
+``rmqlake pipeline run``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from airflow.dag_processing.dagbag import DagBag
+
+from rmqlake.cli import main
+from rmqlake.generate import TopicPlan, generate
+from rmqlake.lake import TABLES, Lake
+from tests.conftest import CONF, REPO
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+FIRST_HOUR = datetime(2026, 11, 21, 0, tzinfo=UTC)  # the generator's first hour
+HOURS = [FIRST_HOUR, FIRST_HOUR + timedelta(hours=1)]
+TOPICS = [TopicPlan("OrderEvents", 8, False), TopicPlan("UserProfile", 4, True)]
+COMPARED = ("commitlog", "segments", "rejected", "consumequeue", "indexfile", "compaction_log", "compaction_cq")
+
+
+@pytest.fixture(scope="module")
+def landing(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("input")
+    generate(root, messages=400, topics=TOPICS, hours=len(HOURS), bad_rate=0.01, seed=21)
+    return root / "landing"
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory):
+    """A migrated metadata DB, the pool the specs use, the spark connection, and specs without retry delays."""
+    specs = tmp_path_factory.mktemp("pipelines")
+    for path in (REPO / "pipelines").glob("*.yaml"):
+        spec = yaml.safe_load(path.read_text())
+        for task in spec["tasks"].values():
+            task["retries"] = 0  # a retry would wait minutes; the failure is the point here
+        (specs / path.name).write_text(yaml.safe_dump(spec))
+    lake = tmp_path_factory.mktemp("airflow-lake") / "lake"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RMQLAKE_PIPELINES", str(specs))
+        patch.setenv("RMQLAKE_RUNNER", "spark-submit-operator")
+        patch.setenv("RMQLAKE_LAKE", str(lake))
+        patch.setenv("RMQLAKE_ENV", "test")
+        patch.setenv("SPARK_CONF_DIR", str(CONF))
+        patch.setenv("PYSPARK_PYTHON", sys.executable)
+        patch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")  # spark-submit of this virtualenv
+        patch.setenv("AIRFLOW_CONN_SPARK_RMQLAKE", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+        subprocess.run([str(BIN / "airflow"), "db", "migrate"], check=True, capture_output=True, timeout=300)
+        from airflow.models.pool import Pool
+
+        Pool.create_or_update_pool("rmqlake_lake", 1, "one job writes a lake at a time", include_deferred=False)
+        bag = DagBag(dag_folder=str(REPO / "airflow_dags"))
+        assert bag.import_errors == {}
+        yield bag, lake
+
+
+def run_hour(dag, hour: datetime, landing: Path) -> dict[str, str]:
+    """One DAG run for the hour [hour, hour + 1h); returns the state of each task."""
+    # a run triggered at T covers the interval that ends at T (Airflow 3's manual runs)
+    run = dag.test(logical_date=hour + timedelta(hours=1), run_conf={"landing": str(landing)})
+    assert run.data_interval_start == hour
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def lake_rows(lake: Path, table: str) -> list[dict]:
+    rows = Lake(str(lake)).read_arrow(table).to_pylist()
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+def test_ingest_hourly_runs_past_hours_in_order_and_a_failed_hour_changes_nothing(airflow, landing, tmp_path, spark):
+    bag, lake = airflow
+    dag = bag.dags["ingest_hourly"]
+    assert {type(task).__name__ for task in dag.tasks} == {"SparkSubmitOperator"}
+
+    first = run_hour(dag, HOURS[0], landing)
+    assert first == {"ingest": "success", "reput": "success", "compact": "success", "quality": "success"}
+    state = Lake(str(lake)).state()
+    assert state["runs"]["ingest"]["at"] == "2026-11-21T01:00:00+00:00"  # --now is the interval's end
+    assert state["runs"]["ingest"]["rows_out"] > 0
+    assert state["reput"]["dispatched_offset"] == state["commitlog"]["next_offset"]
+
+    versions = {name: Lake(str(lake)).version(name) for name in TABLES}
+    seq = Lake(str(lake)).ledger().seq
+    failed = run_hour(dag, HOURS[1], tmp_path / "not-landed-yet")
+    assert failed == {"ingest": "failed", "reput": "upstream_failed", "compact": "upstream_failed"} | {
+        "quality": "upstream_failed"
+    }
+    after = Lake(str(lake))
+    assert {name: after.version(name) for name in TABLES} == versions and after.ledger().seq == seq
+    assert after.pending_tables() == []
+
+    second = run_hour(dag, HOURS[1], landing)  # the hour has landed: re-run it
+    assert set(second.values()) == {"success"}
+    assert Lake(str(lake)).state()["runs"]["quality"]["critical_failures"] == 0  # quality passed, on both hours
+
+    one_by_one = tmp_path / "one-by-one"
+    for hour in HOURS:
+        code = main(
+            [
+                "pipeline",
+                "run",
+                "ingest_hourly",
+                "--logical-date",
+                hour.isoformat(),
+                "--param",
+                f"landing={landing}",
+                "--conf",
+                str(CONF),
+                "--env",
+                "test",
+                "--lake",
+                str(one_by_one),
+            ]
+        )
+        assert code == 0
+    for table in COMPARED:
+        assert lake_rows(lake, table) == lake_rows(one_by_one, table), f"{table} differs"

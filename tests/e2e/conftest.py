@@ -1,0 +1,37 @@
+"""Lakes shared by the process-level tests (session scope: each is built once, then copied by the tests)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rmqlake.generate import generate
+from tests.e2e.processes import INDEX, SETTINGS, TOPICS, ingest_args, rmqlake
+
+
+@pytest.fixture(scope="session")
+def landing(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("input")
+    generate(root, messages=1200, topics=TOPICS, hours=2, bad_rate=0.01, seed=99)
+    return root / "landing"
+
+
+@pytest.fixture(scope="session")
+def clean_lake(tmp_path_factory, landing) -> Path:
+    """One uninterrupted ingest of both hours (the lake every interrupted run must end up equal to)."""
+    lake = tmp_path_factory.mktemp("clean") / "lake"
+    metrics = json.loads(rmqlake(*ingest_args(lake, landing), *INDEX, "--json").stdout)
+    assert metrics["rows_in"] == 1212 and metrics["rows_out"] + metrics["rejected"] == 1212
+    return lake
+
+
+@pytest.fixture(scope="session")
+def reput_lake(tmp_path_factory, clean_lake) -> Path:
+    """``clean_lake`` after one reput."""
+    lake = tmp_path_factory.mktemp("reput-clean") / "lake"
+    shutil.copytree(clean_lake, lake)
+    rmqlake("reput", "--lake", str(lake), *SETTINGS, *INDEX)
+    return lake
