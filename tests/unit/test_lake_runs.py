@@ -69,3 +69,32 @@ def test_a_run_that_keeps_losing_stops_after_the_configured_retries(tmp_path):
         run_with_retries(lake, "ingest", work, retries=2)
     assert attempts == [0, 1, 2]
     assert lake.ledger().seq == 3
+
+
+def test_files_of_a_partition_value_with_percent_signs_can_be_removed(tmp_path):
+    """%RETRY% topics: Spark escapes '%' in folder names and the Delta log URI-encodes the path again."""
+    import pyarrow.parquet as pq
+
+    from rmqlake.lake.actions import DataFile
+    from rmqlake.lake.deltars import DeltaRsEngine
+    from rmqlake.lake.tables import CONSUMEQUEUE
+
+    engine = DeltaRsEngine(str(tmp_path / "lake"))
+    relative = "topic=%25RETRY%25cg_a/queue_id=0/cq_file_group=00000000000000000000/part-0.parquet"
+    path = tmp_path / "lake" / "consumequeue" / relative
+    path.parent.mkdir(parents=True)
+    columns = [c for c in CONSUMEQUEUE.columns if c not in CONSUMEQUEUE.partition_by]
+    pq.write_table(CONSUMEQUEUE.arrow_schema.empty_table().select(columns), path)
+    added = DataFile(
+        path=relative,
+        size=path.stat().st_size,
+        partition_values={"topic": "%RETRY%cg_a", "queue_id": "0"},
+        modification_time=0,
+    )
+    engine.commit_files(CONSUMEQUEUE, adds=[added], app_transactions={}, metadata={})
+
+    (active,) = engine.active_files("consumequeue")
+    assert active.path == relative and active.partition_values["topic"] == "%RETRY%cg_a"
+    assert engine.file_stats("consumequeue", ["queue_offset"])[0]["path"] == relative
+    engine.commit_files(CONSUMEQUEUE, adds=[], removes=[active], app_transactions={}, metadata={})
+    assert engine.active_files("consumequeue") == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Literal
+from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
@@ -103,7 +104,7 @@ class DeltaRsEngine:
         actions = pa.table(dt.get_add_actions(flatten=False)).to_pylist()
         return [
             DataFile(
-                path=a["path"],
+                path=log_path_to_relative(a["path"]),
                 size=a["size_bytes"],
                 # the log keeps partition values as strings; delta-rs hands them back typed
                 partition_values={k: None if v is None else str(v) for k, v in (a.get("partition") or {}).items()},
@@ -179,7 +180,7 @@ class DeltaRsEngine:
         rows = pa.table(dt.get_add_actions(flatten=False)).to_pylist()
         return [
             {
-                "path": row["path"],
+                "path": log_path_to_relative(row["path"]),
                 "size": row.get("size_bytes"),
                 "partition": row.get("partition") or {},
                 "num_records": row.get("num_records"),
@@ -230,3 +231,15 @@ class DeltaRsEngine:
     def history(self, table: str, *, limit: int | None = None) -> list[dict]:
         dt = self.open(table)
         return [] if dt is None else dt.history(limit)
+
+
+def log_path_to_relative(path: str) -> str:
+    """The file's path relative to the table folder, from the URI-encoded path of its Delta log action.
+
+    Spark escapes partition values in folder names (``%`` -> ``%25``) and the
+    log URI-encodes the path again (``%25`` -> ``%2525``); delta-rs hands the
+    log's form back but encodes whatever path it is given, so a remove made
+    with the log's form would name a file that does not exist (``%252525``)
+    and remove nothing. Paths leave this module decoded, as adds take them.
+    """
+    return unquote(path)

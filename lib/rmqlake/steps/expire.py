@@ -244,8 +244,8 @@ def _queue_files(lake: Lake) -> dict[tuple[str, int], QueueFiles]:
                 "it was written before CQ files were kept apart, so expiry cannot remove whole CQ files. "
                 "Rebuild consumequeue with reput into a fresh lake."
             )
-        queue = queues[(values["topic"], int(values["queue_id"]))]
         partition = {k: None if v is None else str(v) for k, v in stats["partition"].items()}
+        queue = queues[(partition["topic"], int(partition["queue_id"]))]  # the log's values, not Hive-escaped
         queue.files.setdefault(name, []).append(
             DataFile(path=stats["path"], size=stats.get("size") or 0, partition_values=partition)
         )
