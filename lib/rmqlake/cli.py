@@ -323,7 +323,9 @@ def cmd_quality(args, settings) -> int:
             }
             for s in result["suites"]
         ]
-        _emit(args, rows or [{"status": result["status"]}])
+        _emit(args, rows)
+        if result["status"] == "already_checked":
+            sys.stdout.write("no table changed since these suites ran: their last outcome stands\n")
         sys.stdout.write(f"Data Docs: {result['data_docs']}\n")
     if result["critical_failures"]:
         sys.stderr.write(

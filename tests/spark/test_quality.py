@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,29 +14,46 @@ from pyspark.sql import functions as F
 
 from rmqlake.cli import main
 from rmqlake.generate import TopicPlan, generate
-from rmqlake.lake.spark_io import read_table
 from rmqlake.quality.suites import SUITES
+from rmqlake.steps.compact import compact
+from rmqlake.steps.expire import expire
 from rmqlake.steps.ingest import ingest, open_lake
-from rmqlake.steps.quality import _context, _validate, quality
+from rmqlake.steps.quality import _context, _validate, quality, suite_inputs
+from rmqlake.steps.reput import reput
 from tests.conftest import CONF, make_settings
 
 pytestmark = pytest.mark.spark
 TOPICS = [TopicPlan("OrderEvents", 8, False), TopicPlan("UserProfile", 4, True)]
+SEGMENT = 16384
 
 
 @pytest.fixture(scope="module")
 def lake_settings(spark, tmp_path_factory):
+    """Two generated hours, ingested, dispatched and compacted; then expiry deletes the 10 oldest segments,
+    so CQ files keep dead units (the queue min offsets are corrected) and the oldest index files go."""
     root = tmp_path_factory.mktemp("quality")
     generate(root / "in", messages=500, topics=TOPICS, hours=2, bad_rate=0.02, seed=5)
-    settings = make_settings(root / "lake", "store.commitlog_segment_size=16384")
+    settings = make_settings(
+        root / "lake",
+        f"store.commitlog_segment_size={SEGMENT}",
+        "store.index_max_entries=200",
+        "retention.max_segments_per_run=10",
+    )
     ingest(spark, settings, input_path=str(root / "in" / "landing"))
+    reput(spark, settings)
+    assert compact(spark, settings)["messages_kept"] > 10
+    expired = expire(spark, settings, now=datetime(2026, 11, 24, 4, tzinfo=UTC))
+    assert expired["segments_deleted"] == 10 and expired["index_files_deleted"] >= 1
+    assert open_lake(settings).state()["expire"]["queue_min_offsets"]
     return settings
 
 
 @pytest.fixture(scope="module")
 def tables(spark, lake_settings):
     lake = open_lake(lake_settings)
-    return {name: read_table(spark, lake, name).cache() for name in ("commitlog", "segments", "rejected")}
+    names = ["commitlog", "segments", "rejected", "consumequeue", "indexfile", "indexfile_header", "compaction_log"]
+    inputs = suite_inputs(spark, lake, lake.state(), names)
+    return {name: value.cache() if name in names else value for name, value in inputs.items()}
 
 
 def failures(spark, settings, suite_name: str, tables: dict, tmp_path) -> dict[str, dict]:
@@ -56,12 +74,14 @@ def test_quality_passes_on_good_data_keeps_results_and_builds_data_docs(spark, l
     commitlog_version = open_lake(lake_settings).version("commitlog")
     assert {r["table_version"] for r in rows if r["table_name"] == "commitlog"} == {commitlog_version}
     observed = json.loads(next(r["observed"] for r in rows if "CRC" in r["expectation"]))
-    assert observed["element_count"] > 400 and observed["unexpected_count"] == 0
+    assert observed["element_count"] > 200 and observed["unexpected_count"] == 0
     index = metrics["data_docs"].removeprefix("file://")
     assert index.endswith("index.html") and "commitlog.critical" in Path(index).read_text()
 
     again = quality(spark, lake_settings)  # same table versions: nothing to check again
-    assert again["status"] == "already_checked"
+    assert again["status"] == "already_checked" and again["suites"] == [
+        {**s, "seconds": 0.0, "run_id": metrics["run_id"]} for s in metrics["suites"]
+    ]
     assert len(open_lake(lake_settings).read_arrow("dq_results")) == len(rows)
 
     code = main(["quality", "--suite", "nope", "--conf", str(CONF), "--lake", lake_settings.lake.root])
@@ -72,6 +92,7 @@ def test_each_commitlog_invariant_fails_on_its_corruption(spark, lake_settings, 
     commitlog = tables["commitlog"]
     victim = commitlog.agg(F.max("physical_offset")).first()[0]  # the active segment's last message
     second = commitlog.orderBy("physical_offset").select("physical_offset").limit(2).collect()[1][0]
+    assert second >= 10 * SEGMENT  # the oldest segments were expired
     cases = {
         "magic code is V1 or V2": commitlog.withColumn(
             "magic", F.when(F.col("physical_offset") == second, F.lit(-875286124)).otherwise(F.col("magic"))
@@ -124,10 +145,10 @@ def test_segments_and_rejected_invariants_fail_on_their_corruption(spark, lake_s
     cases = {
         "each segment starts where the previous one ends": segments.withColumn(
             "start_offset",
-            F.when(F.col("start_offset") == 16384, F.lit(16390)).otherwise(F.col("start_offset")),
+            F.when(F.col("start_offset") == 12 * SEGMENT, F.lit(12 * SEGMENT + 6)).otherwise(F.col("start_offset")),
         ),
         "segment sizes are at most store.commitlog_segment_size": segments.withColumn(
-            "size_bytes", F.col("size_bytes") + 16384
+            "size_bytes", F.col("size_bytes") + SEGMENT
         ),
         "at most one active segment": segments.withColumn("status", F.lit("active")),
         "an active segment exists": segments.withColumn("status", F.lit("sealed")),
@@ -160,3 +181,88 @@ def test_a_critical_failure_exits_non_zero_and_is_kept(spark, lake_settings, tmp
     rows = open_lake(make_settings(copy)).read_arrow("dq_results").to_pylist()
     (crc,) = [r for r in rows if not r["success"]]  # the copy also holds the good run's rows
     assert "CRC" in crc["expectation"] and json.loads(crc["observed"])["unexpected_count"] == 1
+    # a retry of the failed task checks nothing new and fails again: the failure stands until the data changes
+    again = main(["quality", "--suite", "commitlog", "--conf", str(CONF), "--env", "test", "--lake", str(copy)])
+    assert again == 1 and len(open_lake(make_settings(copy)).read_arrow("dq_results")) == len(rows)
+
+
+def test_consumequeue_and_indexfile_invariants_fail_on_their_corruption(spark, lake_settings, tables, tmp_path):
+    cq, index, headers = tables["consumequeue"], tables["indexfile"], tables["indexfile_header"]
+    minimum = tables["min_physical_offset"]
+    assert failures(spark, lake_settings, "consumequeue.critical", tables, tmp_path) == {}
+    assert failures(spark, lake_settings, "indexfile.critical", tables, tmp_path) == {}
+
+    # a live unit with a unit before and after it in its queue
+    live = cq.where(F.col("commitlog_offset") >= minimum).where("topic = 'OrderEvents' AND queue_id = 1")
+    unit = live.orderBy("queue_offset").limit(2).collect()[1]
+    this = (F.col("topic") == unit["topic"]) & (F.col("queue_id") == unit["queue_id"])
+    this = this & (F.col("queue_offset") == unit["queue_offset"])
+
+    def changed(column: str, value):
+        return cq.withColumn(column, F.when(this, value).otherwise(F.col(column)))
+
+    cases = {
+        "every unit at or above its queue's min offset points to a live message of its size": changed(
+            "size", F.col("size") + 1
+        ),
+        "tags_code is the dispatcher's tagsCode of the message (TAGS hash, delay rule)": changed(
+            "tags_code", F.col("tags_code") + 1
+        ),
+        "queue offsets are contiguous per queue from the queue's min offset": cq.where(~this),
+        "one unit per queue offset": cq.unionByName(cq.where(this)),
+    }
+    for expected, corrupted in cases.items():
+        inputs = {**tables, "consumequeue": corrupted}
+        failed = failures(spark, lake_settings, "consumequeue.critical", inputs, tmp_path)
+        assert expected in failed, f"{expected!r} did not fail; failed: {list(failed)}"
+
+    chained = index.where((F.col("prev_index") > 0) & (F.col("phy_offset") >= minimum)).orderBy("index_no").first()
+    entry = (F.col("index_file") == chained["index_file"]) & (F.col("index_no") == chained["index_no"])
+    slots = lake_settings.store.index_slots
+    index_cases = {
+        "slot within store.index_slots": index.withColumn("slot", F.when(entry, F.lit(slots)).otherwise(F.col("slot"))),
+        # a chain turned into a cycle: the entry points to itself
+        "hash chains point back to an earlier entry of the same slot and file (no cycle)": index.withColumn(
+            "prev_index", F.when(entry, F.col("index_no")).otherwise(F.col("prev_index"))
+        ),
+        "every entry at or above the min physical offset points to a live message with that key": index.withColumn(
+            "key_hash", F.when(entry, F.col("key_hash") + 1).otherwise(F.col("key_hash"))
+        ),
+    }
+    for expected, corrupted in index_cases.items():
+        failed = failures(spark, lake_settings, "indexfile.critical", {**tables, "indexfile": corrupted}, tmp_path)
+        assert expected in failed, f"{expected!r} did not fail; failed: {list(failed)}"
+    miscounted = headers.withColumn(
+        "index_count",
+        F.when(F.col("index_file") == chained["index_file"], F.col("index_count") + 1).otherwise(F.col("index_count")),
+    )
+    failed = failures(spark, lake_settings, "indexfile.critical", {**tables, "indexfile_header": miscounted}, tmp_path)
+    assert "header index_count = entries + 1 and hash_slot_count = slots in use" in failed
+
+
+def test_compaction_invariants_fail_on_their_corruption(spark, lake_settings, tables, tmp_path):
+    compacted, minimum = tables["compaction_log"], tables["min_physical_offset"]
+    assert failures(spark, lake_settings, "compaction_log.critical", tables, tmp_path) == {}
+    row = compacted.where(F.col("physical_offset") >= minimum).orderBy("physical_offset").first()
+    this = F.col("physical_offset") == row["physical_offset"]
+    older = (
+        tables["commitlog"]
+        .where((F.col("topic") == row["topic"]) & (F.col("physical_offset") >= minimum) & ~this)
+        .orderBy("physical_offset")
+        .first()
+    )
+    cases = {
+        "one compacted message per key and queue": compacted.unionByName(compacted.where(this)),
+        # the kept row is another (live) message than its key's latest
+        "each kept message is its key's latest (none after a tombstone, no key missing)": compacted.withColumn(
+            "physical_offset", F.when(this, F.lit(older["physical_offset"])).otherwise(F.col("physical_offset"))
+        ),
+    }
+    for expected, corrupted in cases.items():
+        inputs = {**tables, "compaction_log": corrupted}
+        failed = failures(spark, lake_settings, "compaction_log.critical", inputs, tmp_path)
+        assert expected in failed, f"{expected!r} did not fail; failed: {list(failed)}"
+    missing = failures(
+        spark, lake_settings, "compaction_log.critical", {**tables, "compaction_log": compacted.where(~this)}, tmp_path
+    )
+    assert list(missing) == ["each kept message is its key's latest (none after a tombstone, no key missing)"]

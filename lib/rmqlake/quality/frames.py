@@ -14,15 +14,22 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from rmqlake.formats.consumequeue import dispatch_tags_code
 from rmqlake.formats.crc import body_crc
 from rmqlake.formats.hosts import parse_host
+from rmqlake.formats.indexfile import message_index_keys
+from rmqlake.formats.javahash import index_key_hash
 from rmqlake.formats.msgid import offset_msg_id
 from rmqlake.formats.record import (
     BORNHOST_V6_FLAG,
     STOREHOST_V6_FLAG,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
     consumes_queue_offset,
     record_size,
 )
+from rmqlake.transforms.compaction import compaction_key
 
 RECOMPUTED_DDL = (
     "physical_offset bigint, expected_size int, expected_crc int, expected_msg_id string, dispatchable boolean"
@@ -152,4 +159,191 @@ def segments_frame(segments: DataFrame) -> DataFrame:
         "*",
         F.coalesce(F.col("start_offset") == F.lag("end_offset").over(in_order), F.lit(True)).alias("follows_previous"),
         F.when(F.col("status") == "active", F.lit("active")).alias("active_marker"),
+    )
+
+
+EXPECTED_TAGS_DDL = "physical_offset bigint, expected_tags_code bigint, key_hashes array<int>"
+
+
+def _message_facts(batches):
+    """Per message: the CQ tagsCode the dispatcher computes and the hashes of its index keys."""
+    for batch in batches:
+        columns = batch.to_pydict()
+        codes, hashes = [], []
+        for topic, tags, properties, stored, keys, uniq in zip(
+            columns["topic"],
+            columns["tags"],
+            columns["properties"],
+            columns["store_timestamp"],
+            columns["keys_property"],
+            columns["uniq_key"],
+            strict=True,
+        ):
+            try:
+                codes.append(dispatch_tags_code(topic, tags, dict(properties or []), stored))
+            except ValueError:  # a DELAY the broker cannot parse: the unit cannot be right
+                codes.append(None)
+            hashes.append([index_key_hash(key) for key in message_index_keys(topic, uniq, keys)])
+        yield pa.RecordBatch.from_pydict(
+            {
+                "physical_offset": columns["physical_offset"],
+                "expected_tags_code": pa.array(codes, pa.int64()),
+                "key_hashes": pa.array(hashes, pa.list_(pa.int32())),
+            }
+        )
+
+
+def message_facts(commitlog: DataFrame) -> DataFrame:
+    """``physical_offset``, ``total_size``, ``topic``, ``queue_id``, ``queue_offset`` of each live message,
+    with ``expected_tags_code`` and ``key_hashes`` recomputed by the formats rules."""
+    facts = commitlog.select(
+        "physical_offset",
+        "topic",
+        "tags",
+        "properties",
+        "store_timestamp",
+        "uniq_key",
+        F.element_at("properties", F.lit("KEYS")).alias("keys_property"),
+    ).mapInArrow(_message_facts, EXPECTED_TAGS_DDL)
+    stored = commitlog.select("physical_offset", "total_size", "topic", "queue_id", "queue_offset")
+    return stored.join(facts, "physical_offset")
+
+
+def consumequeue_frame(consumequeue: DataFrame, commitlog: DataFrame, min_offsets: DataFrame) -> DataFrame:
+    """CQ units with the facts of the message each points to.
+
+    ``min_offsets`` (``topic``, ``queue_id``, ``min_offset``) are the queue
+    min offsets expiry corrected; units below a queue's min offset are the
+    dead units a kept CQ file still holds, and their columns are null:
+
+    * ``points_to_message``: a live message of the unit's size, topic, queue
+      and queue offset is at ``commitlog_offset``;
+    * ``tags_code_matches``: the unit's tags_code is the dispatcher's;
+    * ``follows_previous``: queue offsets contiguous from the queue's min.
+    """
+    messages = message_facts(commitlog).select(
+        F.col("physical_offset").alias("commitlog_offset"),
+        F.col("total_size"),
+        F.col("topic").alias("message_topic"),
+        F.col("queue_id").alias("message_queue_id"),
+        F.col("queue_offset").alias("message_queue_offset"),
+        "expected_tags_code",
+    )
+    # the queue's min offset: as expiry corrected it (dead units in a kept file), else its first unit
+    units = consumequeue.join(min_offsets, ["topic", "queue_id"], "left").withColumn(
+        "min_offset", F.coalesce("min_offset", F.min("queue_offset").over(Window.partitionBy("topic", "queue_id")))
+    )
+    live = F.col("queue_offset") >= F.col("min_offset")
+    rows = units.join(messages, "commitlog_offset", "left")
+    in_queue = Window.partitionBy("topic", "queue_id").orderBy("queue_offset")
+    matches = (
+        F.col("total_size").isNotNull()
+        & (F.col("size") == F.col("total_size"))
+        & (F.col("topic") == F.col("message_topic"))
+        & (F.col("queue_id") == F.col("message_queue_id"))
+        & (F.col("queue_offset") == F.col("message_queue_offset"))
+    )
+    return rows.select(
+        "*",
+        F.when(live, F.coalesce(matches, F.lit(False))).alias("points_to_message"),
+        F.when(live & F.col("total_size").isNotNull(), F.col("tags_code") == F.col("expected_tags_code")).alias(
+            "tags_code_matches"
+        ),
+        F.when(
+            live,
+            F.coalesce(
+                F.col("queue_offset") == F.lag("queue_offset").over(in_queue) + 1,
+                F.col("queue_offset") == F.col("min_offset"),
+            ),
+        ).alias("follows_previous"),
+    )
+
+
+def indexfile_frame(indexfile: DataFrame, headers: DataFrame, commitlog: DataFrame, min_physical_offset: int):
+    """Index entries with the facts of their chains, their file's header and the message they point to.
+
+    * ``chain_points_back``: ``prev_index`` is 0 (end of chain) or an earlier
+      entry of the same file in the same slot: chains cannot cycle;
+    * ``header_counts_match`` (on each file's first entry): the header's
+      ``index_count`` is the entries + 1 (entry 0 is never used) and its
+      ``hash_slot_count`` the slots in use;
+    * ``points_to_key`` (entries at or above the commitlog's min offset): the
+      message at ``phy_offset`` is live and has a key with that hash.
+    """
+    previous = indexfile.select("index_file", F.col("index_no").alias("prev_index"), F.col("slot").alias("prev_slot"))
+    rows = indexfile.join(previous, ["index_file", "prev_index"], "left")
+    per_file = indexfile.groupBy("index_file").agg(
+        F.count(F.lit(1)).alias("entries"),
+        F.countDistinct("slot").alias("slots_used"),
+        F.min("index_no").alias("first_index_no"),
+    )
+    header_facts = headers.select("index_file", "index_count", "hash_slot_count").join(per_file, "index_file", "full")
+    rows = rows.join(header_facts, "index_file", "left")
+    keys = message_facts(commitlog).select(F.col("physical_offset").alias("phy_offset"), "key_hashes")
+    rows = rows.join(keys, "phy_offset", "left")
+    return rows.select(
+        "*",
+        F.coalesce(
+            (F.col("prev_index") == 0)
+            | ((F.col("prev_index") < F.col("index_no")) & (F.col("prev_slot") == F.col("slot"))),
+            F.lit(False),  # points to an entry that does not exist
+        ).alias("chain_points_back"),
+        F.when(
+            F.col("index_no") == F.col("first_index_no"),
+            F.coalesce(
+                (F.col("index_count") == F.col("entries") + 1) & (F.col("hash_slot_count") == F.col("slots_used")),
+                F.lit(False),
+            ),
+        ).alias("header_counts_match"),
+        F.when(
+            F.col("phy_offset") >= F.lit(min_physical_offset),
+            F.coalesce(F.array_contains("key_hashes", F.col("key_hash")), F.lit(False)),
+        ).alias("points_to_key"),
+    )
+
+
+def compaction_frame(
+    compaction_log: DataFrame, commitlog: DataFrame, *, positions: dict[str, int], min_physical_offset: int
+) -> DataFrame:
+    """Compacted rows beside the latest live message of each key, one row per (topic, queue, key).
+
+    ``positions``: each COMPACTION topic's compaction position (messages
+    before it are compacted). ``kept_key`` is the key of a compacted row
+    (null where the key has none); ``kept_is_latest`` holds when the kept row
+    is the latest message of its key before the position, a key whose
+    latest is a tombstone (empty body) has no row, and no key is missing; it
+    is null for a kept row whose history expiry already removed.
+    """
+    key = compaction_key()
+    kept = compaction_log.select(
+        "topic", "queue_id", key.alias("kept_key"), F.col("physical_offset").alias("kept_offset")
+    )
+    before = F.lit(None).cast("boolean")
+    for topic, position in positions.items():
+        before = F.when(F.col("topic") == topic, F.col("physical_offset") < position).otherwise(before)
+    transaction = F.col("sys_flag").bitwiseAND(TRANSACTION_TYPE_MASK)
+    candidates = commitlog.where(
+        F.coalesce(before, F.lit(False)) & transaction.isin(TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+    ).select("topic", "queue_id", key.alias("key"), "queue_offset", "physical_offset", F.length("body").alias("size"))
+    newest_first = Window.partitionBy("topic", "queue_id", "key").orderBy(F.col("queue_offset").desc())
+    latest = (
+        candidates.where(F.col("key").isNotNull())
+        .withColumn("rank", F.row_number().over(newest_first))
+        .where("rank = 1")
+        .select(
+            "topic",
+            "queue_id",
+            F.col("key").alias("kept_key"),
+            F.col("physical_offset").alias("latest_offset"),
+            (F.coalesce(F.col("size"), F.lit(0)) == 0).alias("latest_is_tombstone"),
+        )
+    )
+    rows = kept.join(latest, ["topic", "queue_id", "kept_key"], "full")
+    present, expected = F.col("kept_offset").isNotNull(), F.col("latest_offset").isNotNull()
+    return rows.select(
+        "*",
+        F.when(present & expected, (F.col("kept_offset") == F.col("latest_offset")) & ~F.col("latest_is_tombstone"))
+        .when(present, F.when(F.col("kept_offset") >= min_physical_offset, F.lit(False)))  # else: history expired
+        .when(~F.col("latest_is_tombstone"), F.lit(False))  # a key without its latest value
+        .alias("kept_is_latest"),
     )

@@ -109,6 +109,49 @@ def _rejected_critical(settings: Settings) -> list:
     ]
 
 
+def _consumequeue_critical(settings: Settings) -> list:
+    return [
+        _true(
+            "points_to_message", "every unit at or above its queue's min offset points to a live message of its size"
+        ),
+        _true("tags_code_matches", "tags_code is the dispatcher's tagsCode of the message (TAGS hash, delay rule)"),
+        _true("follows_previous", "queue offsets are contiguous per queue from the queue's min offset"),
+        gxe.ExpectCompoundColumnsToBeUnique(
+            column_list=["topic", "queue_id", "queue_offset"], description="one unit per queue offset"
+        ),
+    ]
+
+
+def _indexfile_critical(settings: Settings) -> list:
+    return [
+        gxe.ExpectColumnValuesToBeBetween(
+            column="slot",
+            min_value=0,
+            max_value=settings.store.index_slots - 1,
+            description="slot within store.index_slots",
+        ),
+        _true("chain_points_back", "hash chains point back to an earlier entry of the same slot and file (no cycle)"),
+        _true("header_counts_match", "header index_count = entries + 1 and hash_slot_count = slots in use"),
+        _true(
+            "points_to_key", "every entry at or above the min physical offset points to a live message with that key"
+        ),
+    ]
+
+
+def _compaction_critical(settings: Settings) -> list:
+    return [
+        gxe.ExpectCompoundColumnsToBeUnique(
+            column_list=["topic", "queue_id", "kept_key"],
+            ignore_row_if="any_value_is_missing",
+            description="one compacted message per key and queue",
+        ),
+        _true(
+            "kept_is_latest",
+            "each kept message is its key's latest (none after a tombstone, no key missing)",
+        ),
+    ]
+
+
 SUITES: dict[str, Suite] = {
     suite.name: suite
     for suite in (
@@ -125,6 +168,31 @@ SUITES: dict[str, Suite] = {
             _segments_critical,
         ),
         Suite("rejected.critical", ("rejected",), lambda t, settings: t["rejected"], _rejected_critical),
+        Suite(
+            "compaction_log.critical",
+            ("compaction_log", "commitlog"),
+            lambda t, settings: frames.compaction_frame(
+                t["compaction_log"],
+                t["commitlog"],
+                positions=t["compaction_positions"],
+                min_physical_offset=t["min_physical_offset"],
+            ),
+            _compaction_critical,
+        ),
+        Suite(
+            "consumequeue.critical",
+            ("consumequeue", "commitlog"),
+            lambda t, settings: frames.consumequeue_frame(t["consumequeue"], t["commitlog"], t["queue_min_offsets"]),
+            _consumequeue_critical,
+        ),
+        Suite(
+            "indexfile.critical",
+            ("indexfile", "indexfile_header", "commitlog"),
+            lambda t, settings: frames.indexfile_frame(
+                t["indexfile"], t["indexfile_header"], t["commitlog"], t["min_physical_offset"]
+            ),
+            _indexfile_critical,
+        ),
     )
 }
 

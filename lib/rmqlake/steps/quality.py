@@ -48,10 +48,11 @@ def quality(spark, settings: Settings, *, suites: list[str] | None = None, now: 
 
     Returns:
         Metrics: ``status`` (``checked``, or ``already_checked`` when every
-        suite already ran on the same table versions), ``suites`` (one
-        summary each: expectations, failed, severity, table versions),
-        ``critical_failures``, ``warnings``, ``data_docs`` (index.html),
-        ``seconds``.
+        suite already ran on the same table versions: nothing is written and
+        their last outcome is reported, a failure too), ``suites`` (one
+        summary each: expectations, failed, severity, table versions, the run
+        that checked them), ``critical_failures``, ``warnings``,
+        ``data_docs`` (index.html), ``seconds``.
     """
     try:
         chosen = select_suites(suites)
@@ -72,20 +73,19 @@ def _check(spark, settings, lake: Lake, run: LakeRun, chosen: list[Suite], *, do
     checked = run.state.setdefault("quality", {}).setdefault("checked", {})
     names = sorted({t for suite in chosen for t in suite.tables})
     versions = {name: lake.version(name) for name in names}
-    todo = [s for s in chosen if checked.get(s.name) != {t: versions[t] for t in s.tables}]
+
+    def unchanged(suite: Suite) -> bool:
+        return checked.get(suite.name, {}).get("table_versions") == {t: versions[t] for t in suite.tables}
+
+    todo = [s for s in chosen if not unchanged(s)]
+    # suites whose tables did not change since they were checked: their last outcome stands (a failure too)
+    summaries = [{**checked[s.name], "seconds": 0.0} for s in chosen if unchanged(s)]
     context = _context(docs_root)
     if not todo:
-        log.info("every suite already ran on these table versions (%s); nothing to check", versions)
-        return {
-            "status": "already_checked",
-            "suites": [],
-            "critical_failures": 0,
-            "warnings": 0,
-            "data_docs": _docs_index(context),
-            "seconds": round(time.monotonic() - started, 3),
-        }
-    tables = {name: read_table(spark, lake, name) for name in names}
-    rows, summaries = [], []
+        log.info("every suite already ran on these table versions (%s); reporting their last outcome", versions)
+        return _result("already_checked", summaries, context, started)
+    tables = suite_inputs(spark, lake, run.state, names)
+    rows = []
     for suite in todo:
         suite_started = time.monotonic()
         frame = suite.frame(tables, settings)
@@ -115,41 +115,56 @@ def _check(spark, settings, lake: Lake, run: LakeRun, chosen: list[Suite], *, do
             if not outcome.success:
                 level = logging.ERROR if suite.severity == CRITICAL else logging.WARNING
                 log.log(level, "%s FAILED: %s; observed %s", suite.name, config.description, observed)
-        summaries.append(
-            {
-                "suite": suite.name,
-                "severity": suite.severity,
-                "expectations": len(result.results),
-                "failed": failed,
-                "rows": (result.results[0].result or {}).get("element_count") if result.results else None,
-                "table_versions": {t: versions[t] for t in suite.tables},
-                "seconds": round(time.monotonic() - suite_started, 3),
-            }
-        )
+        summary = {
+            "suite": suite.name,
+            "severity": suite.severity,
+            "expectations": len(result.results),
+            "failed": failed,
+            "rows": (result.results[0].result or {}).get("element_count") if result.results else None,
+            "table_versions": {t: versions[t] for t in suite.tables},
+            "run_id": run.run_id,
+        }
         log.info("%s: %d expectations, %d failed", suite.name, len(result.results), failed)
-        checked[suite.name] = {t: versions[t] for t in suite.tables}
+        checked[suite.name] = summary
+        summaries.append({**summary, "seconds": round(time.monotonic() - suite_started, 3)})
     run.stage_arrow("dq_results", pa.Table.from_pylist(rows, schema=DQ_RESULTS.arrow_schema), mode="append")
-    critical = sum(s["failed"] for s in summaries if s["severity"] == CRITICAL)
-    warnings = sum(s["failed"] for s in summaries if s["severity"] != CRITICAL)
+    metrics = _result("checked", summaries, context, started)
     run.state.setdefault("runs", {})["quality"] = {
         "seq": run.seq,
         "run_id": run.run_id,
         "at": now.isoformat(),
-        "critical_failures": critical,
-        "warnings": warnings,
+        **{k: metrics[k] for k in ("critical_failures", "warnings")},
         "suites": len(summaries),
     }
     run.commit()
     context.build_data_docs(site_names=[DOCS_SITE])
+    return {**metrics, "data_docs": _docs_index(context), "run_id": run.run_id}
+
+
+def _result(status: str, summaries: list[dict], context, started: float) -> dict:
     return {
-        "status": "checked",
-        "run_id": run.run_id,
+        "status": status,
         "suites": summaries,
-        "critical_failures": critical,
-        "warnings": warnings,
+        "critical_failures": sum(s["failed"] for s in summaries if s["severity"] == CRITICAL),
+        "warnings": sum(s["failed"] for s in summaries if s["severity"] != CRITICAL),
         "data_docs": _docs_index(context),
         "seconds": round(time.monotonic() - started, 3),
     }
+
+
+def suite_inputs(spark, lake: Lake, state: dict, names: list[str]) -> dict:
+    """What suite frames read: the tables ``names`` as DataFrames, the queue min offsets expiry corrected
+    (``queue_min_offsets``: topic, queue_id, min_offset), the commitlog's ``min_physical_offset`` and each
+    COMPACTION topic's ``compaction_positions``."""
+    inputs: dict = {name: read_table(spark, lake, name) for name in names}
+    corrected = state.get("expire", {}).get("queue_min_offsets", {})
+    inputs["queue_min_offsets"] = spark.createDataFrame(
+        [(key.split("\t")[0], int(key.split("\t")[1]), int(value)) for key, value in sorted(corrected.items())],
+        "topic string, queue_id int, min_offset bigint",
+    )
+    inputs["min_physical_offset"] = lake.min_physical_offset()
+    inputs["compaction_positions"] = dict(state.get("compaction", {}).get("positions", {}))
+    return inputs
 
 
 def _context(root: Path):
