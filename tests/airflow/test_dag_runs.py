@@ -3,16 +3,20 @@ through SparkSubmitOperator (the default runner) and a ``spark`` connection to `
 
 The ``ingest_hourly`` DAG runs two consecutive past hours in order, as a
 backfill or catch-up creates them (``max_active_runs`` is 1, so one after the
-other). The second hour's first attempt finds no landing folder: its ingest
-fails, reput and compaction do not run, and the lake is as it was. Re-run once
+other; ``airflow backfill create --dry-run`` confirms which runs a backfill of
+those hours creates: executing them needs a scheduler and an API server).
+The second hour's first attempt finds no landing folder: its ingest
+fails, reput, compaction and quality do not run, and the lake is as it was. Re-run once
 the hour has landed, the lake equals the same two hours run one by one by
-``rmqlake pipeline run``.
+``rmqlake pipeline run`` (with the same missing hour in between: the local runner
+stops downstream tasks the same way).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -79,12 +83,23 @@ def run_hour(dag, hour: datetime, landing: Path) -> dict[str, str]:
     return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
+def pipeline_run(lake: Path, hour: datetime, landing: Path, capsys) -> tuple[int, dict[str, str]]:
+    """``rmqlake pipeline run ingest_hourly`` for the hour, in this process: exit code and task states."""
+    capsys.readouterr()
+    spec = ["pipeline", "run", "ingest_hourly", "--logical-date", hour.isoformat(), "--param", f"landing={landing}"]
+    code = main([*spec, "--conf", str(CONF), "--env", "test", "--lake", str(lake), "--json"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"task"')]
+    return code, {line["task"]: line["state"] for line in lines}
+
+
 def lake_rows(lake: Path, table: str) -> list[dict]:
     rows = Lake(str(lake)).read_arrow(table).to_pylist()
     return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
-def test_ingest_hourly_runs_past_hours_in_order_and_a_failed_hour_changes_nothing(airflow, landing, tmp_path, spark):
+def test_ingest_hourly_runs_past_hours_in_order_and_a_failed_hour_changes_nothing(
+    airflow, landing, tmp_path, spark, capsys
+):
     bag, lake = airflow
     dag = bag.dags["ingest_hourly"]
     assert {type(task).__name__ for task in dag.tasks} == {"SparkSubmitOperator"}
@@ -110,25 +125,31 @@ def test_ingest_hourly_runs_past_hours_in_order_and_a_failed_hour_changes_nothin
     assert set(second.values()) == {"success"}
     assert Lake(str(lake)).state()["runs"]["quality"]["critical_failures"] == 0  # quality passed, on both hours
 
+    # the runs a backfill of these hours creates are these intervals, in this order
+    window = ["--from-date", HOURS[0].isoformat(), "--to-date", HOURS[-1].isoformat()]
+    reprocess = ["--reprocess-behavior", "completed"]  # list them although runs of those intervals exist
+    planned = subprocess.run(
+        [str(BIN / "airflow"), "backfill", "create", "--dag-id", "ingest_hourly", "--dry-run", *window, *reprocess],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    logical_dates = re.findall(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)\+00:00", planned.stdout.split("Runs to be")[-1])
+    assert [datetime.fromisoformat(d).replace(tzinfo=UTC) for d in logical_dates] == HOURS
+
+    # the same spec run locally, hour by hour, with a missing hour in between (`rmqlake pipeline run`)
     one_by_one = tmp_path / "one-by-one"
-    for hour in HOURS:
-        code = main(
-            [
-                "pipeline",
-                "run",
-                "ingest_hourly",
-                "--logical-date",
-                hour.isoformat(),
-                "--param",
-                f"landing={landing}",
-                "--conf",
-                str(CONF),
-                "--env",
-                "test",
-                "--lake",
-                str(one_by_one),
-            ]
-        )
-        assert code == 0
+    code, tasks = pipeline_run(one_by_one, HOURS[0], landing, capsys)
+    assert code == 0 and tasks == first
+    versions = {name: Lake(str(one_by_one)).version(name) for name in TABLES}
+    code, tasks = pipeline_run(one_by_one, HOURS[1], tmp_path / "not-landed-yet", capsys)
+    assert code == 1 and tasks == failed
+    assert {name: Lake(str(one_by_one)).version(name) for name in TABLES} == versions
+    code, tasks = pipeline_run(one_by_one, HOURS[1], landing, capsys)
+    assert code == 0 and tasks == second
+    manifest = json.loads((landing.parent / "MANIFEST.json").read_text())
+    topics = Lake(str(one_by_one)).state()["commitlog"]["topics"]
+    assert sum(t["messages"] for t in topics.values()) == manifest["messages"]
     for table in COMPARED:
         assert lake_rows(lake, table) == lake_rows(one_by_one, table), f"{table} differs"

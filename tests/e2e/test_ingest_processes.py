@@ -1,4 +1,7 @@
-"""Ingest as users run it, in separate processes: CLI errors, kill -9, concurrent runs, spark-submit."""
+"""Ingest as users run it, in separate processes: CLI errors, kill -9, concurrent runs.
+
+`spark-submit jobs/ingest.py` runs in tests/airflow (SparkSubmitOperator), compared with `rmqlake pipeline run`.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,6 @@ from tests.e2e.processes import (
     environment,
     ingest_args,
     rmqlake,
-    spark_submit,
     table_rows,
     visible_rows,
 )
@@ -125,10 +127,3 @@ def test_two_concurrent_ingests_commit_one_after_the_other(tmp_path, landing, ja
     assert [(r["physical_offset"], r["queue_id"], r["queue_offset"], r["source_line"]) for r in commitlog] == [
         (m["physical_offset"], m["queue_id"], m["queue_offset"], m["source_line"]) for m in broker.messages
     ]
-
-
-def test_spark_submit_job_gives_the_same_tables(tmp_path, landing, clean_lake):
-    lake = tmp_path / "lake"
-    result = spark_submit("ingest", *ingest_args(lake, landing)[1:])
-    assert "status" in result.stdout and "ingested" in result.stdout
-    assert_same_tables(lake, clean_lake)

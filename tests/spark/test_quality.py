@@ -59,8 +59,9 @@ def tables(spark, lake_settings):
 def failures(spark, settings, suite_name: str, tables: dict, tmp_path) -> dict[str, dict]:
     """The failed expectations of one suite on ``tables``: description -> observed result."""
     suite = SUITES[suite_name]
-    frame = suite.frame(tables, settings)
+    frame = suite.frame(tables, settings).persist()
     result = _validate(_context(tmp_path / "gx"), suite, suite.expectations(settings), frame, settings)
+    frame.unpersist()
     assert len(result.results) == len(suite.expectations(settings))
     return {r.expectation_config.description: r.result for r in result.results if not r.success}
 

@@ -88,8 +88,13 @@ def _check(spark, settings, lake: Lake, run: LakeRun, chosen: list[Suite], *, do
     rows = []
     for suite in todo:
         suite_started = time.monotonic()
-        frame = suite.frame(tables, settings)
-        result = _validate(context, suite, suite.expectations(settings), frame, settings)
+        # GX computes each expectation's metrics with their own Spark jobs: keep the frame instead of
+        # recomputing its joins, windows and recomputed byte rules for each of them
+        frame = suite.frame(tables, settings).persist()
+        try:
+            result = _validate(context, suite, suite.expectations(settings), frame, settings)
+        finally:
+            frame.unpersist()
         failed = 0
         for outcome in result.results:
             config = outcome.expectation_config
