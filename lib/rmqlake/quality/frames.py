@@ -29,11 +29,27 @@ from rmqlake.formats.record import (
     consumes_queue_offset,
     record_size,
 )
+from rmqlake.lake.tables import COMMITLOG
 from rmqlake.transforms.compaction import compaction_key
 
-RECOMPUTED_DDL = (
-    "physical_offset bigint, expected_size int, expected_crc int, expected_msg_id string, dispatchable boolean"
-)
+# stored columns the checks compare with, carried through the one Python pass (no self-join on the offset)
+CHECKED = ("segment", "physical_offset", "total_size", "magic", "body_crc", "msg_id", "topic", "queue_id")
+CHECKED += ("queue_offset", "sys_flag", "store_timestamp")
+RECOMPUTED = "expected_size int, expected_crc int, expected_msg_id string, dispatchable boolean"
+FACTS = ("physical_offset", "total_size", "topic", "queue_id", "queue_offset")
+EXPECTED = "expected_tags_code bigint, key_hashes array<int>"
+
+
+def _ddl(columns: tuple[str, ...], extra: str) -> str:
+    """The commitlog's types of ``columns`` (table order), then ``extra``."""
+    return ", ".join([f"{name} {kind}" for name, kind in COMMITLOG.fields if name in columns] + [extra])
+
+
+def _carry(batch: pa.RecordBatch, columns: tuple[str, ...], computed: dict[str, pa.Array]) -> pa.RecordBatch:
+    names = [name for name, _ in COMMITLOG.fields if name in columns]
+    return pa.RecordBatch.from_arrays(
+        [batch.column(name) for name in names] + list(computed.values()), names=names + list(computed)
+    )
 
 
 def _recompute(batches):
@@ -71,14 +87,15 @@ def _recompute(batches):
             except ValueError:
                 msg_ids.append(None)
             dispatchable.append(consumes_queue_offset(sys_flag))
-        yield pa.RecordBatch.from_pydict(
+        yield _carry(
+            batch,
+            CHECKED,
             {
-                "physical_offset": columns["physical_offset"],
                 "expected_size": pa.array(sizes, pa.int32()),
                 "expected_crc": pa.array(crcs, pa.int32()),
                 "expected_msg_id": pa.array(msg_ids, pa.string()),
                 "dispatchable": pa.array(dispatchable, pa.bool_()),
-            }
+            },
         )
 
 
@@ -98,23 +115,8 @@ def commitlog_frame(commitlog: DataFrame, segments: DataFrame) -> DataFrame:
       removes the oldest);
     * ``queue_slot``: ``topic/queue/offset`` of dispatchable messages, unique.
     """
-    stored = commitlog.select(
-        "segment",
-        "physical_offset",
-        "total_size",
-        "magic",
-        "body_crc",
-        "msg_id",
-        "topic",
-        "queue_id",
-        "queue_offset",
-        "sys_flag",
-        "store_timestamp",
-    )
-    recomputed = commitlog.select(
-        "physical_offset", "body", "topic", "properties_bytes", "magic", "sys_flag", "store_host"
-    ).mapInArrow(_recompute, RECOMPUTED_DDL)
-    rows = stored.join(recomputed, "physical_offset")
+    inputs = ("body", "properties_bytes", "store_host")
+    rows = commitlog.select(*sorted(set(CHECKED) | set(inputs))).mapInArrow(_recompute, _ddl(CHECKED, RECOMPUTED))
     in_segment = Window.partitionBy("segment").orderBy("physical_offset")
     previous_end = F.lag(F.col("physical_offset") + F.col("total_size")).over(in_segment)
     is_last = F.lead("physical_offset").over(in_segment).isNull()
@@ -162,9 +164,6 @@ def segments_frame(segments: DataFrame) -> DataFrame:
     )
 
 
-EXPECTED_TAGS_DDL = "physical_offset bigint, expected_tags_code bigint, key_hashes array<int>"
-
-
 def _message_facts(batches):
     """Per message: the CQ tagsCode the dispatcher computes and the hashes of its index keys."""
     for batch in batches:
@@ -184,29 +183,27 @@ def _message_facts(batches):
             except ValueError:  # a DELAY the broker cannot parse: the unit cannot be right
                 codes.append(None)
             hashes.append([index_key_hash(key) for key in message_index_keys(topic, uniq, keys)])
-        yield pa.RecordBatch.from_pydict(
+        yield _carry(
+            batch,
+            FACTS,
             {
-                "physical_offset": columns["physical_offset"],
                 "expected_tags_code": pa.array(codes, pa.int64()),
                 "key_hashes": pa.array(hashes, pa.list_(pa.int32())),
-            }
+            },
         )
 
 
 def message_facts(commitlog: DataFrame) -> DataFrame:
     """``physical_offset``, ``total_size``, ``topic``, ``queue_id``, ``queue_offset`` of each live message,
     with ``expected_tags_code`` and ``key_hashes`` recomputed by the formats rules."""
-    facts = commitlog.select(
-        "physical_offset",
-        "topic",
+    return commitlog.select(
+        *FACTS,
         "tags",
         "properties",
         "store_timestamp",
         "uniq_key",
         F.element_at("properties", F.lit("KEYS")).alias("keys_property"),
-    ).mapInArrow(_message_facts, EXPECTED_TAGS_DDL)
-    stored = commitlog.select("physical_offset", "total_size", "topic", "queue_id", "queue_offset")
-    return stored.join(facts, "physical_offset")
+    ).mapInArrow(_message_facts, _ddl(FACTS, EXPECTED))
 
 
 def consumequeue_frame(consumequeue: DataFrame, commitlog: DataFrame, min_offsets: DataFrame) -> DataFrame:
