@@ -327,6 +327,10 @@ def cmd_quality(args, settings) -> int:
         if result["status"] == "already_checked":
             sys.stdout.write("no table changed since these suites ran: their last outcome stands\n")
         sys.stdout.write(f"Data Docs: {result['data_docs']}\n")
+        if result.get("report"):
+            sys.stdout.write(f"report (plots): {result['report']}\n")
+    if result["warnings"]:
+        sys.stderr.write(f"rmqlake quality: {result['warnings']} warning expectation(s) failed (reported, not fatal)\n")
     if result["critical_failures"]:
         sys.stderr.write(
             f"rmqlake quality: {result['critical_failures']} critical expectation(s) FAILED; see dq_results and the "

@@ -168,6 +168,8 @@ class QualitySettings(_Section):
 
     project_dir: str | None = None
     partial_unexpected_count: int = Field(20, ge=0, le=1000)
+    max_reject_ratio: float = Field(0.01, ge=0, le=1)
+    report: bool = True
 
 
 class TopicSettings(_Section):

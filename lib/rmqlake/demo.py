@@ -91,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\nquality suites (Great Expectations) after expiry:")
     print(
         render_table(
-            [{k: s[k] for k in ("suite", "rows", "expectations", "failed", "seconds")} for s in checked["suites"]]
+            [
+                {k: s[k] for k in ("suite", "severity", "rows", "expectations", "failed", "seconds")}
+                for s in checked["suites"]
+            ]
         )
     )
     print("\nconsumer lag at the last snapshot (first queues):")
@@ -121,6 +124,8 @@ Tables (Delta Lake) under {root}:
   dq_results        one row per quality expectation per run (success, observed values, table version)
 
 Data Docs (every quality run's results): {checked["data_docs"]}
+Quality report of this run (disk use per topic, consumer lag, rejects per batch, compaction ratio):
+  {checked.get("report") or "(quality.report is off)"}
 
 Ask it what a broker would answer:
   .venv/bin/rmqlake status --env local

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rmqlake.formats.javahash import select_queue_by_hash
+from rmqlake.formats.properties import KEY_SEPARATOR
+
 PRODUCERS = ("10.1.0.11:50001", "10.1.0.12:50002", "10.1.0.13:50003", "[2001:db8::21]:50100")
 TAGS = (("TagA", 40), ("TagB", 25), ("TagPay", 15), ("TagRefund", 5), ("TagShip", 10), (None, 5))
 RETRY_GROUP = "cg_" + "settlement_reconciliation_worker_" * 4
@@ -211,7 +214,7 @@ def generate(
     weights = [3 if not t.compaction else 2 for t in topics]
     retry = TopicPlan("%RETRY%" + RETRY_GROUP, 1, False)
     per_file: dict[tuple[int, str], list[tuple[int, int, bytes]]] = {}
-    per_topic_hour: Counter = Counter()
+    per_queue_hour: Counter = Counter()
     order = 0
     written = 0
     index = 0
@@ -238,8 +241,8 @@ def generate(
             hour = (record["bornTimestamp"] - start_ms) // 3_600_000
             encoded = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
             per_file.setdefault((hour, producer), []).append((record["bornTimestamp"], order, encoded))
-            if record.get("transaction") not in ("PREPARED", "ROLLBACK"):  # only these take a queue offset
-                per_topic_hour[(record["topic"], hour)] += 1
+            if record["topic"] != retry.name:
+                _count_queue(per_queue_hour, record, hour, queues={t.name: t.queues for t in topics})
             order += 1
             written += 1
     bad_total = round(messages * bad_rate)
@@ -281,7 +284,7 @@ def generate(
         "topics": [t.name for t in topics] + ([retry.name] if retry_topic else []),
     }
     out.mkdir(parents=True, exist_ok=True)
-    summary["offset_snapshots"] = _offset_snapshots(out, per_topic_hour, topics=topics, start_ms=start_ms, hours=hours)
+    summary["offset_snapshots"] = _offset_snapshots(out, per_queue_hour, topics=topics, start_ms=start_ms, hours=hours)
     (out / "MANIFEST.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 
@@ -290,14 +293,35 @@ def generate(
 CONSUMER_GROUPS = (("cg_billing", 0.9), ("cg_audit", 0.5))
 
 
+ROUND_ROBIN = -1  # the queue of messages without queueId or keys: chosen at append time
+
+
+def _count_queue(counts: Counter, record: dict, hour: int, *, queues: dict[str, int]) -> None:
+    """Count ``record`` towards its queue: by ``queueId``, else the key hash (as ingest selects), else round robin.
+
+    ``counts`` keys: (topic, queue, hour, takes_offset); a PREPARED or
+    ROLLBACK message takes no queue offset but may take a round-robin turn.
+    """
+    queue = record.get("queueId")
+    keys = record.get("keys")
+    if queue is None and keys:
+        queue = select_queue_by_hash(
+            KEY_SEPARATOR.join(keys) if isinstance(keys, list) else keys, queues[record["topic"]]
+        )
+    takes_offset = record.get("transaction") not in ("PREPARED", "ROLLBACK")
+    counts[(record["topic"], ROUND_ROBIN if queue is None else queue, hour, takes_offset)] += 1
+
+
 def _offset_snapshots(
-    out: Path, per_topic_hour: Counter, *, topics: list[TopicPlan], start_ms: int, hours: int
+    out: Path, per_queue_hour: Counter, *, topics: list[TopicPlan], start_ms: int, hours: int
 ) -> list[str]:
     """One ``offsets/consumerOffset-<time>.json`` per hour end, as a broker's ConsumerOffsetManager persists it.
 
-    Offsets are a share of each topic's messages so far, spread evenly over
-    its queues (the generator does not replay queue selection, so lag is
-    realistic in size, not exact per queue). Queue ids are unquoted, as the
+    Each group's offset is a share of what a queue surely holds by then:
+    the messages whose queue is known (``queueId`` or key hash) plus a lower
+    bound of its round-robin turns (turns are spread evenly, less those taken
+    by messages that take no offset). So a committed offset never passes the
+    queue's max offset, as on a broker. Queue ids are unquoted, as the
     broker's fastjson writes them.
     """
     folder = out / "offsets"
@@ -305,13 +329,17 @@ def _offset_snapshots(
     so_far: Counter = Counter()
     paths = []
     for hour in range(hours):
-        for topic in topics:
-            so_far[topic.name] += per_topic_hour[(topic.name, hour)]
+        for (topic, queue, at, takes_offset), count in per_queue_hour.items():
+            if at == hour:
+                so_far[(topic, queue, takes_offset)] += count
         table = []
         for group, share in CONSUMER_GROUPS:
             for topic in topics:
-                per_queue = int(so_far[topic.name] * share) // topic.queues
-                queues = ",".join(f"{q}:{per_queue}" for q in range(topic.queues))
+                turns = so_far[(topic.name, ROUND_ROBIN, True)] + so_far[(topic.name, ROUND_ROBIN, False)]
+                surely = max(0, turns // topic.queues - 1 - so_far[(topic.name, ROUND_ROBIN, False)])
+                queues = ",".join(
+                    f"{q}:{int((so_far[(topic.name, q, True)] + surely) * share)}" for q in range(topic.queues)
+                )
                 table.append(f'"{topic.name}@{group}":{{{queues}}}')
         moment = datetime.fromtimestamp((start_ms + (hour + 1) * 3_600_000) / 1000, UTC)
         path = folder / f"consumerOffset-{moment:%Y%m%dT%H%M%S}Z.json"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rmqlake.errors import CheckFailedError, ConfigError, RefusedError
+from rmqlake.formats import retention as R
 from rmqlake.formats.consumequeue import CQ_UNIT_SIZE
 from rmqlake.formats.indexfile import index_file_size
 from rmqlake.lake.spark_io import read_table
@@ -95,23 +96,35 @@ def test_expiry_cascade_equals_the_broker_rules(spark, tmp_path):
     before = snapshot(spark, settings)
     segments = before["segments"]
     assert len(segments) > 20
-    # outside the deletion hour, disk fine: nothing, and no commit at all
-    quiet = expire(spark, settings, now=to_datetime(START + 200 * 60 * MINUTE + 5 * 60 * MINUTE))
-    assert quiet["status"] == "nothing_to_delete" and not quiet["trigger"]["deletes"]
-    assert snapshot(spark, settings)["versions"] == before["versions"]
-
     # 04:00 four days after the start: segments last written before 04:00 + 72 h ago are expired
     now = parse_timestamp("2026-11-22T04:00:00Z")
     cutoff = now - 72 * 60 * MINUTE
     expired = [s for s in segments[:-1] if s["last_store_timestamp"] <= cutoff]
     assert 10 < len(expired) < len(segments) - 1
+
+    # an hour earlier, outside the deletion hour, disk fine: nothing goes, but every expired segment kept
+    # says why in its row (only `segments` moves); the same explanations a minute later commit nothing
+    early = now - 60 * MINUTE
+    quiet = expire(spark, settings, now=to_datetime(early))
+    assert quiet["status"] == "nothing_to_delete" and not quiet["trigger"]["deletes"]
+    overdue = [s["segment"] for s in segments if s["last_store_timestamp"] <= early - 72 * 60 * MINUTE]
+    assert overdue and [r["segment"] for r in quiet["segments_retained"]] == overdue
+    assert {r["reason"] for r in quiet["segments_retained"]} == {R.KEPT_NOT_TRIGGERED}
+    explained = snapshot(spark, settings)
+    assert {t for t, v in explained["versions"].items() if v != before["versions"][t]} == {"segments"}
+    assert {s["segment"]: s["retained_reason"] for s in explained["segments"] if s["retained_reason"]} == {
+        name: R.KEPT_NOT_TRIGGERED for name in overdue
+    }
+    later = expire(spark, settings, now=to_datetime(early + MINUTE))
+    if [r["segment"] for r in later["segments_retained"]] == overdue:
+        assert snapshot(spark, settings)["versions"] == explained["versions"]
     plan = expire(spark, settings, now=to_datetime(now), dry_run=True)
     assert plan["status"] == "dry_run" and [s["segment"] for s in plan["segments"]] == [
         s["segment"] for s in expired[:10]
     ]
     assert all(p["reason"] == "expired" and p["messages"] > 0 for p in plan["segments"])
     assert sum(t["messages"] for t in plan["segments"][0]["topics"].values()) == plan["segments"][0]["messages"]
-    assert snapshot(spark, settings)["versions"] == before["versions"]  # a dry run changes nothing
+    assert snapshot(spark, settings)["versions"] == explained["versions"]  # a dry run changes nothing
 
     result = expire(spark, settings, now=to_datetime(now))
     assert result["segments_deleted"] == 10  # retention.max_segments_per_run
@@ -122,6 +135,12 @@ def test_expiry_cascade_equals_the_broker_rules(spark, tmp_path):
     assert [s["segment"] for s in deleted] == [s["segment"] for s in segments[:10]]
     assert {s["deleted_reason"] for s in deleted} == {"expired"}
     assert {s["deleted_at"].timestamp() * 1000 for s in deleted} == {now}
+    assert all(s["retained_reason"] is None for s in deleted)
+    capped = {s["segment"]: s for s in after["segments"] if s["retained_reason"]}
+    assert sorted(capped) == [s["segment"] for s in expired[10:]]  # the rest of the backlog says why it waits
+    assert {(s["retained_reason"], s["retained_at"].timestamp() * 1000) for s in capped.values()} == {
+        (R.KEPT_BATCH_CAP, now)
+    }
     assert min(after["live_offsets"]) == new_min
 
     kept_units, min_offsets, index = expected_after(before, new_min)

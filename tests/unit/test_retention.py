@@ -120,6 +120,28 @@ def test_reasons_outside_the_hour_forced_and_manual():
     assert names(chosen) == [("00", "manual")]
 
 
+def test_every_expired_segment_kept_gets_the_reason_the_walk_stopped():
+    now = at("2026-11-22T04:00:00Z")
+
+    def kept(ages, **kwargs):
+        segments = files([now - age * H for age in ages])
+        rule = dict(trigger=kwargs.pop("trigger", trigger()), now_ms=now, reserved_hours=72, **kwargs)
+        chosen = R.segments_to_delete(segments, **rule)
+        return {k[-2:]: v for k, v in R.retained_reasons(segments, chosen, **rule).items()}
+
+    assert kept([100] * 14, batch_max=10) == {
+        **{f"{n:02d}": R.KEPT_BATCH_CAP for n in range(10, 13)},
+        "13": R.KEPT_ACTIVE,  # idle for 100 h, still the file being written
+    }
+    assert kept([100, 100, 1], batch_max=10) == {}  # both expired ones went; the active one is young
+    assert kept([100, 100, 1], batch_max=10, trigger=trigger(time_up=False)) == {
+        "00": R.KEPT_NOT_TRIGGERED,
+        "01": R.KEPT_NOT_TRIGGERED,
+    }
+    # store times only grow with offsets, but a segment restored out of order must still be explained
+    assert kept([100, 10, 100, 1], batch_max=10) == {"02": R.KEPT_OLDER_KEPT}
+
+
 def test_cq_and_index_cascades():
     assert R.cq_files_to_delete([("a", 10), ("b", 20), ("c", 5)], min_physical_offset=100) == ["a", "b"]  # not last
     assert R.cq_files_to_delete([("a", 10), ("b", 200), ("c", 5)], min_physical_offset=100) == ["a"]

@@ -164,6 +164,46 @@ def segments_to_delete(
     return chosen
 
 
+KEPT_ACTIVE = "the active segment: the broker never deletes the file it writes to"
+KEPT_NOT_TRIGGERED = (
+    "no deletion trigger: outside retention.delete_when hours, disk not above the ratios, no manual request"
+)
+KEPT_BATCH_CAP = "retention.max_segments_per_run reached; it goes in a following run"
+KEPT_OLDER_KEPT = "an older segment is kept and the broker deletes oldest first, without holes"
+
+
+def retained_reasons(
+    segments: Sequence[SegmentFile],
+    deleted: Sequence[tuple[SegmentFile, str]],
+    *,
+    trigger: Trigger,
+    now_ms: int,
+    reserved_hours: int,
+    batch_max: int,
+) -> dict[str, str]:
+    """Why each live segment past its reserved time was kept by ``segments_to_delete`` (segment -> reason).
+
+    Segments not expired yet are not in the result. The reasons are stable
+    texts (no times or ratios), so an unchanged explanation is not rewritten.
+    """
+    reserved_ms = reserved_hours * HOUR_MS
+    gone = {segment.segment for segment, _ in deleted}
+    ordered = sorted(segments, key=lambda s: s.start_offset)
+    reasons = {}
+    for position, segment in enumerate(ordered):
+        if segment.segment in gone or now_ms < segment.last_modified + reserved_ms:
+            continue
+        if position == len(ordered) - 1:
+            reasons[segment.segment] = KEPT_ACTIVE
+        elif not trigger.deletes:
+            reasons[segment.segment] = KEPT_NOT_TRIGGERED
+        elif len(gone) >= batch_max:
+            reasons[segment.segment] = KEPT_BATCH_CAP
+        else:
+            reasons[segment.segment] = KEPT_OLDER_KEPT
+    return reasons
+
+
 def _reason(expired: bool, trigger: Trigger) -> str:
     if not expired:
         return FORCED

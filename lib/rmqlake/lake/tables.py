@@ -100,9 +100,9 @@ SEGMENTS = TableSpec(
     "segments",
     """segment string, start_offset bigint, end_offset bigint, size_bytes bigint, message_count bigint,
     padding_bytes bigint, first_store_timestamp bigint, last_store_timestamp bigint, status string,
-    deleted_at timestamp, deleted_reason string""",
+    deleted_at timestamp, deleted_reason string, retained_reason string, retained_at timestamp""",
     (),
-    "one row per commitlog segment ever opened",
+    "one row per commitlog segment ever opened; retained_reason (extra): why expiry kept it past its reserved time",
 )
 REJECTED = TableSpec(
     "rejected",

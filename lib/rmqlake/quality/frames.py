@@ -29,8 +29,10 @@ from rmqlake.formats.record import (
     consumes_queue_offset,
     record_size,
 )
+from rmqlake.formats.retention import DISK_PRESSURE, EXPIRED, FORCED, HOUR_MS, MANUAL
 from rmqlake.lake.tables import COMMITLOG
 from rmqlake.transforms.compaction import compaction_key
+from rmqlake.transforms.segments import DELETED
 
 # stored columns the checks compare with, carried through the one Python pass (no self-join on the offset)
 CHECKED = ("segment", "physical_offset", "total_size", "magic", "body_crc", "msg_id", "topic", "queue_id")
@@ -161,6 +163,31 @@ def segments_frame(segments: DataFrame) -> DataFrame:
         "*",
         F.coalesce(F.col("start_offset") == F.lag("end_offset").over(in_order), F.lit(True)).alias("follows_previous"),
         F.when(F.col("status") == "active", F.lit("active")).alias("active_marker"),
+    )
+
+
+def expiry_frame(segments: DataFrame, *, as_of: int | None, reserved_hours: int) -> DataFrame:
+    """Segment rows with what expiry must explain, as of its last applied run (``as_of``, ms; None: never ran).
+
+    ``kept_explained``: on a live segment whose last write is at least the
+    reserved time before ``as_of`` (the broker would have deleted it), true
+    when its row says why it was kept; null elsewhere. ``deletion_explained``:
+    on a deleted segment, true when it has a known reason and a time.
+    """
+    reserved_ms = reserved_hours * HOUR_MS
+    overdue = (
+        (F.col("status") != DELETED) & (F.col("last_store_timestamp") + F.lit(reserved_ms) <= F.lit(as_of))
+        if as_of is not None
+        else F.lit(False)
+    )
+    reasons = [EXPIRED, DISK_PRESSURE, FORCED, MANUAL]
+    return segments.select(
+        "*",
+        F.lit(as_of).cast("bigint").alias("expire_as_of"),
+        F.when(overdue, F.length(F.coalesce("retained_reason", F.lit(""))) > 0).alias("kept_explained"),
+        F.when(
+            F.col("status") == DELETED, F.col("deleted_reason").isin(reasons) & F.col("deleted_at").isNotNull()
+        ).alias("deletion_explained"),
     )
 
 
@@ -318,10 +345,9 @@ def compaction_frame(
     before = F.lit(None).cast("boolean")
     for topic, position in positions.items():
         before = F.when(F.col("topic") == topic, F.col("physical_offset") < position).otherwise(before)
-    transaction = F.col("sys_flag").bitwiseAND(TRANSACTION_TYPE_MASK)
-    candidates = commitlog.where(
-        F.coalesce(before, F.lit(False)) & transaction.isin(TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
-    ).select("topic", "queue_id", key.alias("key"), "queue_offset", "physical_offset", F.length("body").alias("size"))
+    candidates = commitlog.where(F.coalesce(before, F.lit(False)) & dispatchable()).select(
+        "topic", "queue_id", key.alias("key"), "queue_offset", "physical_offset", F.length("body").alias("size")
+    )
     newest_first = Window.partitionBy("topic", "queue_id", "key").orderBy(F.col("queue_offset").desc())
     latest = (
         candidates.where(F.col("key").isNotNull())
@@ -343,4 +369,57 @@ def compaction_frame(
         .when(present, F.when(F.col("kept_offset") >= min_physical_offset, F.lit(False)))  # else: history expired
         .when(~F.col("latest_is_tombstone"), F.lit(False))  # a key without its latest value
         .alias("kept_is_latest"),
+    )
+
+
+def dispatchable():
+    """NOT_TYPE and COMMIT messages take a queue offset (formats.record.consumes_queue_offset, as a column)."""
+    return F.col("sys_flag").bitwiseAND(TRANSACTION_TYPE_MASK).isin(TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+
+
+def producer_frame(commitlog: DataFrame) -> DataFrame:
+    """Messages with what a producer may get wrong without breaking the store.
+
+    ``resend_key``: ``topic/UNIQ_KEY`` of dispatchable messages (a transaction's
+    half and its commit share one; a producer's resend of a message it
+    believed lost makes a second). ``born_before_store``: the producer's
+    clock was not ahead of the broker's.
+    """
+    return commitlog.select(
+        "topic",
+        "queue_id",
+        "physical_offset",
+        "uniq_key",
+        F.when(dispatchable(), F.concat_ws("/", "topic", "uniq_key")).alias("resend_key"),
+        (F.col("born_timestamp") <= F.col("store_timestamp")).alias("born_before_store"),
+    )
+
+
+def reject_ratio_frame(rejected: DataFrame, ingest_files: DataFrame) -> DataFrame:
+    """One row per ingest batch: input lines, rejected lines (from ``rejected``) and their ratio."""
+    lines = ingest_files.groupBy("batch_id").agg(F.sum("lines").alias("lines"))
+    rejects = rejected.groupBy("batch_id").agg(F.count(F.lit(1)).alias("rejected"))
+    return (
+        lines.join(rejects, "batch_id", "left")
+        .select("batch_id", "lines", F.coalesce("rejected", F.lit(0)).alias("rejected"))
+        .withColumn("reject_ratio", F.when(F.col("lines") > 0, F.col("rejected") / F.col("lines")))
+    )
+
+
+def consumer_offsets_frame(offsets: DataFrame, bounds: DataFrame) -> DataFrame:
+    """Each group's latest committed offset per queue beside the queue's (min, max) offsets.
+
+    ``above_min``: the offset is not below the queue's min (below it, expiry
+    removed messages the group never consumed and the broker answers
+    OFFSET_TOO_SMALL). ``within_max``: not beyond the queue's max offset.
+    Null for queues the store does not have.
+    """
+    newest_first = Window.partitionBy("group", "topic", "queue_id").orderBy(F.col("as_of").desc())
+    latest = offsets.withColumn("rank", F.row_number().over(newest_first)).where("rank = 1").drop("rank")
+    rows = latest.join(bounds, ["topic", "queue_id"], "left")
+    known = F.col("max_offset").isNotNull()
+    return rows.select(
+        "*",
+        F.when(known, F.col("offset") >= F.col("min_offset")).alias("above_min"),
+        F.when(known, F.col("offset") <= F.col("max_offset")).alias("within_max"),
     )

@@ -30,6 +30,12 @@ class Suite:
 
     @property
     def table(self) -> str:
+        """The table checked (its version goes to ``dq_results``); the others are read for cross-table facts."""
+        return self.tables[0]
+
+    @property
+    def topic(self) -> str:
+        """What the suite is about: the name before the severity (``expiry`` checks the ``segments`` table)."""
         return self.name.split(".", 1)[0]
 
     @property
@@ -98,6 +104,16 @@ def _segments_critical(settings: Settings) -> list:
     ]
 
 
+def _expiry_critical(settings: Settings) -> list:
+    return [
+        _true(
+            "kept_explained",
+            "no live segment older than retention (as of the last expiry run) unless its row explains why it is kept",
+        ),
+        _true("deletion_explained", "every deleted segment has a known reason and a deletion time"),
+    ]
+
+
 def _rejected_critical(settings: Settings) -> list:
     return [
         gxe.ExpectColumnValuesToNotBeNull(column="reason", description="every rejected line has a reason"),
@@ -152,6 +168,37 @@ def _compaction_critical(settings: Settings) -> list:
     ]
 
 
+def _commitlog_warning(settings: Settings) -> list:
+    return [
+        gxe.ExpectColumnValuesToBeUnique(
+            column="resend_key",
+            description="no UNIQ_KEY stored twice in a topic (a producer resent a message it thought lost)",
+        ),
+        _true("born_before_store", "producer clocks are not ahead of the broker's (born <= store timestamp)"),
+    ]
+
+
+def _rejected_warning(settings: Settings) -> list:
+    return [
+        gxe.ExpectColumnValuesToBeBetween(
+            column="reject_ratio",
+            max_value=settings.quality.max_reject_ratio,
+            description=f"each ingest batch rejects at most quality.max_reject_ratio "
+            f"({settings.quality.max_reject_ratio:g}) of its lines",
+        )
+    ]
+
+
+def _consumer_offsets_warning(settings: Settings) -> list:
+    return [
+        _true(
+            "above_min",
+            "no group's offset is below its queue's min offset (expiry removed messages it never consumed)",
+        ),
+        _true("within_max", "no group's offset is beyond its queue's max offset"),
+    ]
+
+
 SUITES: dict[str, Suite] = {
     suite.name: suite
     for suite in (
@@ -166,6 +213,14 @@ SUITES: dict[str, Suite] = {
             ("segments",),
             lambda t, settings: frames.segments_frame(t["segments"]),
             _segments_critical,
+        ),
+        Suite(
+            "expiry.critical",
+            ("segments",),
+            lambda t, settings: frames.expiry_frame(
+                t["segments"], as_of=t["expire_as_of"], reserved_hours=settings.retention.file_reserved_hours
+            ),
+            _expiry_critical,
         ),
         Suite("rejected.critical", ("rejected",), lambda t, settings: t["rejected"], _rejected_critical),
         Suite(
@@ -193,6 +248,24 @@ SUITES: dict[str, Suite] = {
             ),
             _indexfile_critical,
         ),
+        Suite(
+            "commitlog.warning",
+            ("commitlog",),
+            lambda t, settings: frames.producer_frame(t["commitlog"]),
+            _commitlog_warning,
+        ),
+        Suite(
+            "rejected.warning",
+            ("rejected", "ingest_files"),
+            lambda t, settings: frames.reject_ratio_frame(t["rejected"], t["ingest_files"]),
+            _rejected_warning,
+        ),
+        Suite(
+            "consumer_offsets.warning",
+            ("consumer_offsets", "consumequeue"),
+            lambda t, settings: frames.consumer_offsets_frame(t["consumer_offsets"], t["queue_bounds"]),
+            _consumer_offsets_warning,
+        ),
     )
 }
 
@@ -207,9 +280,11 @@ def select_suites(names: list[str] | None) -> list[Suite]:
         return list(SUITES.values())
     chosen: list[Suite] = []
     for name in names:
-        matches = [s for s in SUITES.values() if name in (s.name, s.table)]
+        matches = [s for s in SUITES.values() if name in (s.name, s.name.split(".")[0], s.table)]
         if not matches:
-            allowed = ", ".join(sorted({*SUITES, *(s.table for s in SUITES.values())}))
+            allowed = ", ".join(
+                sorted({*SUITES, *(n for s in SUITES.values() for n in (s.table, s.name.split(".")[0]))})
+            )
             raise KeyError(f"--suite {name!r} is not a quality suite; allowed: {allowed}")
         chosen += [s for s in matches if s not in chosen]
     return chosen

@@ -62,7 +62,8 @@ def expire(spark, settings: Settings, *, now: datetime, dry_run: bool = False, m
     Returns:
         Metrics and the plan: ``trigger``, ``disk``, ``segments`` (deleted or,
         with ``dry_run``, to delete: name, bytes, reason, messages per topic),
-        ``cq_files_deleted``, ``index_files_deleted``, ``min_physical_offset``,
+        ``segments_retained`` (expired segments kept, each with why; also
+        recorded in their ``segments`` row), ``cq_files_deleted``, ``index_files_deleted``, ``min_physical_offset``,
         ``data_loss`` (unconsumed messages per group and topic), ``status``.
     """
     lake = open_lake(settings)
@@ -125,6 +126,14 @@ def _expire(
         reserved_hours=retention.file_reserved_hours,
         batch_max=retention.max_segments_per_run,
     )
+    kept = R.retained_reasons(
+        files,
+        doomed,
+        trigger=trigger,
+        now_ms=now_ms,
+        reserved_hours=retention.file_reserved_hours,
+        batch_max=retention.max_segments_per_run,
+    )
     old_min = live[0]["start_offset"] if live else 0
     new_min = live[len(doomed)]["start_offset"] if doomed else old_min
     with stages("cascade") as note:
@@ -163,6 +172,7 @@ def _expire(
         },
         "segments": plan_segments,
         "segments_deleted": len(doomed),
+        "segments_retained": [{"segment": name, "reason": reason} for name, reason in sorted(kept.items())],
         "cq_files_deleted": sum(len(v) for v in cq_doomed.values()),
         "index_files_deleted": len(index_doomed),
         "min_physical_offset_before": old_min,
@@ -181,20 +191,17 @@ def _expire(
     if dry_run:
         return {**metrics, "status": "dry_run", "table_versions": {}, "seconds": _since(started)}
 
+    reasons = {segment.segment: reason for segment, reason in doomed}
+    rows = [_segment_row(s, now, deleted=reasons.get(s["segment"]), kept=kept.get(s["segment"])) for s in segments]
+    explained = rows != segments  # a segment deleted, or an explanation of a kept one that changed
     unchanged = state.get("disk_full", False) == disk.disk_full and trigger.manual_runs_left == int(
         state.get("manual_runs_left", 0)
     )
-    if not doomed and unchanged:  # nothing to delete and no flag moved: no commit at all
+    if not explained and unchanged:  # nothing to delete or explain and no flag moved: no commit at all
         return {**metrics, "status": "nothing_to_delete", "table_versions": {}, "seconds": _since(started)}
-    reasons = {segment.segment: reason for segment, reason in doomed}
-    rows = [
-        {**s, "status": "deleted", "deleted_at": now, "deleted_reason": reasons[s["segment"]]}
-        if s["segment"] in reasons
-        else s
-        for s in segments
-    ]
-    if doomed:
+    if explained:
         run.stage_arrow("segments", pa.Table.from_pylist(rows, schema=SEGMENTS.arrow_schema), mode="overwrite")
+    if doomed:
         run.remove("commitlog", _files_in(lake, "commitlog", "segment", set(reasons)))
         run.remove("consumequeue", [f for q, names in cq_doomed.items() for n in names for f in queues[q].files[n]])
     if index_doomed:
@@ -213,7 +220,8 @@ def _expire(
         manual_runs_left=trigger.manual_runs_left,
         queue_min_offsets=min_offsets,
     )
-    summary = {k: v for k, v in metrics.items() if k not in ("segments", "data_loss")}
+    summary = {k: v for k, v in metrics.items() if k not in ("segments", "data_loss", "segments_retained")}
+    summary["segments_retained"] = len(kept)
     run.state.setdefault("runs", {})["expire"] = {
         "seq": run.seq,
         "run_id": run.run_id,
@@ -230,6 +238,16 @@ def _expire(
         "seconds": _since(started),
         "stage_seconds": stages.seconds,
     }
+
+
+def _segment_row(row: dict, now: datetime, *, deleted: str | None, kept: str | None) -> dict:
+    """A ``segments`` row after this run: deleted with its reason, or live with why it was kept past its reserved
+    time (``retained_at``: when that explanation was first given; null while the segment is not expired)."""
+    if deleted:
+        return {**row, "status": "deleted", "deleted_at": now, "deleted_reason": deleted, "retained_reason": None}
+    if row["status"] == "deleted" or row.get("retained_reason") == kept:
+        return row
+    return {**row, "retained_reason": kept, "retained_at": now if kept else None}
 
 
 def _queue_files(lake: Lake) -> dict[tuple[str, int], QueueFiles]:
@@ -397,6 +415,11 @@ def _log_plan(metrics: dict) -> None:
             segment["messages"],
             segment["reason"],
         )
+    retained = defaultdict(list)
+    for row in metrics["segments_retained"]:
+        retained[row["reason"]].append(row["segment"])
+    for reason, names in retained.items():
+        log.info("kept %d expired segments (%s .. %s): %s", len(names), names[0], names[-1], reason)
     if metrics["data_loss"]:
         log.warning(
             "%d messages not yet consumed go with these files: %s",

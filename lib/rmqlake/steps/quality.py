@@ -23,8 +23,10 @@ from rmqlake.errors import UsageError
 from rmqlake.lake import Lake, LakeRun, run_with_retries
 from rmqlake.lake.spark_io import read_table
 from rmqlake.lake.tables import DQ_RESULTS
+from rmqlake.quality import report
 from rmqlake.quality.suites import CRITICAL, Suite, select_suites
 from rmqlake.steps.ingest import open_lake
+from rmqlake.steps.offsets import queue_bounds
 
 log = logging.getLogger(__name__)
 DATASOURCE = "rmqlake"
@@ -52,7 +54,8 @@ def quality(spark, settings: Settings, *, suites: list[str] | None = None, now: 
         their last outcome is reported, a failure too), ``suites`` (one
         summary each: expectations, failed, severity, table versions, the run
         that checked them), ``critical_failures``, ``warnings``,
-        ``data_docs`` (index.html), ``seconds``.
+        ``data_docs`` (index.html), ``report`` (this run's HTML page with plots, with
+        ``quality.report``), ``seconds``.
     """
     try:
         chosen = select_suites(suites)
@@ -143,7 +146,19 @@ def _check(spark, settings, lake: Lake, run: LakeRun, chosen: list[Suite], *, do
     }
     run.commit()
     context.build_data_docs(site_names=[DOCS_SITE])
-    return {**metrics, "data_docs": _docs_index(context), "run_id": run.run_id}
+    docs = _docs_index(context)
+    page = None
+    if settings.quality.report:
+        reports = docs_root / "reports"
+        page = report.render(
+            report.gather(spark, lake, settings),
+            reports / run.run_id,
+            run_id=run.run_id,
+            suites=summaries,
+            data_docs=docs,
+        )
+        report.link_latest(reports, page)
+    return {**metrics, "data_docs": docs, "report": None if page is None else str(page.resolve()), "run_id": run.run_id}
 
 
 def _result(status: str, summaries: list[dict], context, started: float) -> dict:
@@ -159,8 +174,9 @@ def _result(status: str, summaries: list[dict], context, started: float) -> dict
 
 def suite_inputs(spark, lake: Lake, state: dict, names: list[str]) -> dict:
     """What suite frames read: the tables ``names`` as DataFrames, the queue min offsets expiry corrected
-    (``queue_min_offsets``: topic, queue_id, min_offset), the commitlog's ``min_physical_offset`` and each
-    COMPACTION topic's ``compaction_positions``."""
+    (``queue_min_offsets``: topic, queue_id, min_offset), the commitlog's ``min_physical_offset``, each
+    COMPACTION topic's ``compaction_positions``, ``expire_as_of`` (the last applied expiry run's time) and
+    ``queue_bounds`` (topic, queue_id, min_offset, max_offset)."""
     inputs: dict = {name: read_table(spark, lake, name) for name in names}
     corrected = state.get("expire", {}).get("queue_min_offsets", {})
     inputs["queue_min_offsets"] = spark.createDataFrame(
@@ -168,6 +184,11 @@ def suite_inputs(spark, lake: Lake, state: dict, names: list[str]) -> dict:
         "topic string, queue_id int, min_offset bigint",
     )
     inputs["min_physical_offset"] = lake.min_physical_offset()
+    inputs["expire_as_of"] = state.get("expire", {}).get("last_now")
+    inputs["queue_bounds"] = spark.createDataFrame(
+        [(topic, queue, low, high) for (topic, queue), (low, high) in queue_bounds(lake, state).items()],
+        "topic string, queue_id int, min_offset bigint, max_offset bigint",
+    )
     inputs["compaction_positions"] = dict(state.get("compaction", {}).get("positions", {}))
     return inputs
 

@@ -42,6 +42,8 @@ def update_segments(
                 "status": ACTIVE,
                 "deleted_at": None,
                 "deleted_reason": None,
+                "retained_reason": None,
+                "retained_at": None,
             }
         elif row["status"] != ACTIVE:
             raise ValueError(f"batch wrote to segment {name}, which is {row['status']}")
