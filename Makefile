@@ -42,6 +42,7 @@ bench: $(STAMP) ## benchmarks: figures and ratios against baselines measured in 
 	$(BIN)/python bench/reput_bench.py
 	$(BIN)/python bench/compact_bench.py
 	$(BIN)/python bench/expire_bench.py
+	$(BIN)/python bench/export_bench.py
 
 package: $(STAMP) ## dist/rmqlake.zip (for spark-submit --py-files) and a wheel
 	rm -rf dist && mkdir -p dist

@@ -92,6 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
         "vacuum", parents=[common], help="delete data files removed from the tables longer ago than the retention"
     )
     vacuum.add_argument("--dry-run", action="store_true", help="list what would go, delete nothing")
+    export = commands.add_parser(
+        "export-store", parents=[common], help="write the tables as a broker store directory (commitlog, CQ, index)"
+    )
+    export.add_argument("--out", required=True, help="the store directory to write (must be empty or absent)")
+    export.add_argument("--as-of", help="the lake as of a run (its seq, see rmqlake status) or a timestamp")
+    export.add_argument("--overwrite", action="store_true", help="replace --out if it holds files")
+    import_store = commands.add_parser(
+        "import-store", parents=[common], help="read a broker store's commitlog files into an empty lake"
+    )
+    import_store.add_argument("store_dir", help="the broker's store directory (holding commitlog/)")
     offsets = commands.add_parser("offsets", parents=[common], help="consumer offset snapshots -> consumer_offsets")
     offsets.add_argument("--input", required=True, help="a consumerOffset.json file or a folder of them")
     offsets.add_argument("--as-of", help="snapshot time (epoch ms or ISO-8601; default: from the file name)")
@@ -268,6 +278,22 @@ def cmd_vacuum(args, settings) -> int:
     from rmqlake.steps.vacuum import vacuum
 
     _emit(args, vacuum(settings, dry_run=args.dry_run))
+    return 0
+
+
+def cmd_export_store(args, settings) -> int:
+    from rmqlake.steps.store import export_store
+
+    spark = _spark(settings, args, "export-store")
+    _emit(args, export_store(spark, settings, out=args.out, as_of=args.as_of, overwrite=args.overwrite))
+    return 0
+
+
+def cmd_import_store(args, settings) -> int:
+    from rmqlake.steps.store import import_store
+
+    metrics = import_store(_spark(settings, args, "import-store"), settings, store_dir=args.store_dir)
+    _emit(args, metrics)
     return 0
 
 
@@ -480,6 +506,7 @@ COMMANDS.update(
     compact=cmd_compact,
     expire=cmd_expire,
     vacuum=cmd_vacuum,
+    **{"export-store": cmd_export_store, "import-store": cmd_import_store},
     offsets=cmd_offsets,
     lag=cmd_lag,
     pipeline=cmd_pipeline,

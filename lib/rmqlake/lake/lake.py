@@ -121,6 +121,59 @@ class Lake:
         if entry.version:  # the state that goes with those versions: the ledger's previous entry
             self._ledger = read_ledger(self.root, storage_options=self.storage_options, version=entry.version - 1)
 
+    def travel_to(self, *, seq: int | None = None, at: datetime | None = None) -> LedgerEntry:
+        """Read every table as it was right after run ``seq`` (or the last run committed at or before ``at``).
+
+        Time travel for a read-only lake: each table is pinned at its last
+        version whose ``rmqlake.ledger`` transaction is at most ``seq`` (a
+        run's table commits carry its ledger seq), and the state is that
+        run's ledger entry. A lake that is a whole store at every run thus
+        reads as the whole store of that moment.
+
+        Raises:
+            LakeStateError: no such run (with the runs the lake has).
+        """
+        if not self.read_only:
+            raise ValueError("time travel needs a read-only Lake (Lake(..., read_only=True))")
+        latest = self.ledger()
+        if latest.version is None or latest.seq == 0:
+            raise LakeStateError(f"the lake at {self.root} has no committed run to travel to")
+
+        def entry_at(version: int) -> LedgerEntry:
+            return read_ledger(self.root, storage_options=self.storage_options, version=version)
+
+        if at is not None:  # the last ledger version committed at or before ``at``
+            versions = range(latest.version + 1)
+
+            def committed_ms(version: int) -> int:  # timestamps given to --as-of have millisecond precision
+                committed = entry_at(version).committed_at
+                return int(committed.timestamp() * 1000) if committed else -1
+
+            found = bisect.bisect_right(versions, int(at.timestamp() * 1000), key=committed_ms) - 1
+            entry = entry_at(found) if found >= 0 else None
+            if entry is None or entry.seq == 0:
+                raise LakeStateError(f"no run was committed at or before {at.isoformat()} in {self.root}")
+        else:
+            if not 1 <= (seq or 0) <= latest.seq:
+                raise LakeStateError(f"no run {seq} in {self.root}: its runs are 1..{latest.seq} (see rmqlake status)")
+            found = bisect.bisect_left(range(latest.version + 1), seq, key=lambda v: entry_at(v).seq)
+            entry = entry_at(found)
+            if entry.seq != seq:
+                raise LakeStateError(f"run {seq} is not in the ledger history of {self.root} (vacuumed?)")
+        for table in TABLES:
+            current = self.engine.version(table) if self.engine.exists(table) else None
+            if current is None:
+                continue
+
+            def applied(version: int, table: str = table) -> int:
+                return self.engine.open(table, version=version).transaction_version(LEDGER_APP_ID) or 0
+
+            pinned = bisect.bisect_right(range(current + 1), entry.seq, key=applied) - 1
+            self.engine.pin(table, pinned)
+        self._ledger = entry
+        log.info("reading the lake as of run %d (%s %s, %s)", entry.seq, entry.job, entry.run_id, entry.committed_at)
+        return entry
+
     # -- reading -----------------------------------------------------------------
     def uri(self, table: str) -> str:
         return self.engine.uri(table)

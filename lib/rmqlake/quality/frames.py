@@ -23,14 +23,12 @@ from rmqlake.formats.msgid import offset_msg_id
 from rmqlake.formats.record import (
     BORNHOST_V6_FLAG,
     STOREHOST_V6_FLAG,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_TYPE_MASK,
     consumes_queue_offset,
     record_size,
 )
 from rmqlake.formats.retention import DISK_PRESSURE, EXPIRED, FORCED, HOUR_MS, MANUAL
 from rmqlake.lake.tables import COMMITLOG
+from rmqlake.transforms.columns import dispatchable
 from rmqlake.transforms.compaction import compaction_key
 from rmqlake.transforms.segments import DELETED
 
@@ -370,11 +368,6 @@ def compaction_frame(
         .when(~F.col("latest_is_tombstone"), F.lit(False))  # a key without its latest value
         .alias("kept_is_latest"),
     )
-
-
-def dispatchable():
-    """NOT_TYPE and COMMIT messages take a queue offset (formats.record.consumes_queue_offset, as a column)."""
-    return F.col("sys_flag").bitwiseAND(TRANSACTION_TYPE_MASK).isin(TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 
 
 def producer_frame(commitlog: DataFrame) -> DataFrame:

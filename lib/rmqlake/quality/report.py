@@ -27,8 +27,8 @@ from rmqlake.config import Settings
 from rmqlake.formats.retention import HOUR_MS
 from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table
-from rmqlake.quality.frames import dispatchable
 from rmqlake.timeutil import iso
+from rmqlake.transforms.columns import dispatchable
 
 log = logging.getLogger(__name__)
 PLOTS = ("disk_by_topic", "consumer_lag", "rejects_per_batch", "compaction_ratio")

@@ -19,7 +19,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from rmqlake.formats.compaction import JAVA_WHITESPACE_REGEX, SPARSE_CQ_UNIT_SIZE, sparse_cq_file_size
-from rmqlake.formats.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
+from rmqlake.transforms.columns import dispatchable
 
 KEY = "compaction_key"
 
@@ -42,12 +42,11 @@ def dispatched_messages(commitlog, *, positions: Mapping[str, int], end: int):
     since = F.lit(None).cast("bigint")
     for topic, position in positions.items():
         since = F.when(F.col("topic") == topic, F.lit(position)).otherwise(since)
-    transaction = F.col("sys_flag").bitwiseAND(TRANSACTION_TYPE_MASK)
     frame = commitlog.filter(
         F.col("topic").isin(list(positions))
         & (F.col("physical_offset") >= since)
         & (F.col("physical_offset") < end)
-        & transaction.isin(TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+        & dispatchable()
     )
     return frame.withColumn(KEY, compaction_key())
 

@@ -1,0 +1,377 @@
+"""``export-store`` and ``import-store``: the tables as the files a broker keeps on disk, and back.
+
+Export writes a broker store directory (spec, store layout): ``commitlog/``
+segments, ``consumequeue/{topic}/{queueId}/`` files, ``index/`` files, the
+``checkpoint`` and ``config/`` JSON, no ``abort`` file (a clean shutdown).
+Every file is written by a Spark task straight from the Parquet files the
+Delta log lists for it (one task per commitlog segment), never assembled
+on the driver. The directory appears whole: it is written next to the
+target and renamed into place at the end.
+
+Import walks a broker's commitlog files, one Spark task per file, into
+``commitlog`` and ``segments`` of an empty lake (corrupt records go to
+``rejected`` with their file and offset); ``reput`` then rebuilds the
+consume queues and index files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import functions as F
+
+from rmqlake.config import Settings
+from rmqlake.errors import ConfigError, InputError, LakeStateError, UsageError
+from rmqlake.formats import store as S
+from rmqlake.formats.consumequeue import cq_file_size
+from rmqlake.formats.indexfile import index_file_size
+from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake.actions import partition_values_from_path
+from rmqlake.lake.spark_io import group_folder, stage_dataframe
+from rmqlake.lake.tables import SEGMENTS
+from rmqlake.progress import Stages
+from rmqlake.steps.ingest import open_lake
+from rmqlake.timeutil import parse_timestamp, to_datetime
+from rmqlake.transforms import store_files
+from rmqlake.transforms.columns import dispatchable
+from rmqlake.transforms.segments import DELETED, update_segments
+
+log = logging.getLogger(__name__)
+CQ_GROUP = group_folder("cq_file")
+
+
+def export_store(spark, settings: Settings, *, out: str, as_of: str | None = None, overwrite: bool = False) -> dict:
+    """Write the lake (as of run ``as_of``: a ledger seq or a timestamp) as a broker store directory at ``out``.
+
+    Returns:
+        Metrics: ``out``, ``as_of_seq``, files and bytes per kind
+        (``commitlog``, ``consumequeue``, ``index``), ``records``,
+        ``seconds``, ``commitlog_mb_per_s``.
+    """
+    target = Path(out).resolve()
+    if target.exists() and any(target.iterdir()) and not overwrite:
+        raise UsageError(f"{target} exists and is not empty; choose another --out or pass --overwrite")
+    lake = open_lake(settings, read_only=True)
+    entry = _travel(lake, as_of) if as_of else lake.ledger()
+    if entry.seq == 0:
+        raise LakeStateError(f"the lake at {lake.root} is empty: nothing to export")
+    started = time.monotonic()
+    stages = Stages(log)
+    work = target.parent / f".{target.name}.partial-{secrets.token_hex(4)}"
+    work.mkdir(parents=True)
+    try:
+        with stages("commitlog segments") as note:
+            segment_tasks = _segment_tasks(lake, settings, str(work))
+            written = _run_tasks(spark, store_files.write_segment, segment_tasks, one_per_task=True)
+            note.update(files=len(written), records=sum(w["records"] for w in written))
+        with stages("consume queues") as note:
+            cq_written = _run_tasks(spark, store_files.write_cq_file, _cq_tasks(lake, settings, str(work)))
+            note.update(files=len(cq_written), units=sum(w["units"] for w in cq_written))
+        with stages("index files") as note:
+            index_written = _run_tasks(spark, store_files.write_index_file, _index_tasks(lake, settings, str(work)))
+            note.update(files=len(index_written), entries=sum(w["entries"] for w in index_written))
+        _write_metadata(lake, settings, entry, work)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(work, target)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    seconds = time.monotonic() - started
+    data_bytes = sum(w["bytes"] for w in written)
+    return {
+        "status": "exported",
+        "out": str(target),
+        "as_of_seq": entry.seq,
+        "as_of_run": f"{entry.job} {entry.run_id}",
+        "commitlog_files": len(written),
+        "commitlog_data_bytes": data_bytes,
+        "commitlog_file_bytes": len(written) * settings.store.commitlog_segment_size,
+        "records": sum(w["records"] for w in written),
+        "consumequeue_files": len(cq_written),
+        "index_files": len(index_written),
+        "seconds": round(seconds, 3),
+        "commitlog_mb_per_s": round(data_bytes / 2**20 / seconds, 2) if seconds else None,
+        "stage_seconds": stages.seconds,
+    }
+
+
+def _travel(lake: Lake, as_of: str):
+    text = str(as_of).strip()
+    if text.isdigit() and len(text) < 12:  # a ledger seq; epoch milliseconds have 13 digits
+        return lake.travel_to(seq=int(text))
+    try:
+        moment = to_datetime(parse_timestamp(text))
+    except ValueError as exc:
+        raise UsageError(f"--as-of {as_of!r}: expected a run number (rmqlake status) or a timestamp: {exc}") from None
+    return lake.travel_to(at=moment)
+
+
+def _files_by(lake: Lake, table: str, key) -> dict:
+    """The table's data files (URIs) grouped by ``key(DataFile)``."""
+    groups: dict = defaultdict(list)
+    for data_file in lake.engine.active_files(table):
+        groups[key(data_file)].append(f"{lake.uri(table)}/{data_file.path}")
+    return groups
+
+
+def _segment_tasks(lake: Lake, settings: Settings, out: str) -> list[dict]:
+    size = settings.store.commitlog_segment_size
+    files = _files_by(lake, "commitlog", lambda f: f.partition_values["segment"])
+    tasks = []
+    for row in lake.read_arrow("segments").to_pylist():
+        if row["status"] == DELETED:
+            continue
+        if row["end_offset"] - row["start_offset"] > size or (row["status"] != "active" and row["size_bytes"] != size):
+            raise ConfigError(
+                f"segment {row['segment']} is {row['size_bytes']} bytes but store.commitlog_segment_size is {size}; "
+                "export with the segment size the lake was written with"
+            )
+        tasks.append(
+            {
+                "segment": row["segment"],
+                "start_offset": row["start_offset"],
+                "data_end": row["end_offset"] - row["padding_bytes"],
+                "sealed": row["status"] != "active",
+                "file_size": size,
+                "files": files.get(row["segment"], []),
+                "out": out,
+            }
+        )
+    return tasks
+
+
+def _cq_tasks(lake: Lake, settings: Settings, out: str) -> list[dict]:
+    def key(data_file):
+        values = data_file.partition_values
+        return values["topic"], int(values["queue_id"]), partition_values_from_path(data_file.path)[CQ_GROUP]
+
+    groups = _files_by(lake, "consumequeue", key)
+    first = {}
+    for topic, queue, name in groups:
+        first[(topic, queue)] = min(first.get((topic, queue), name), name)
+    return [
+        {
+            "topic": topic,
+            "queue_id": queue,
+            "cq_file": name,
+            "file_size": cq_file_size(settings.store.cq_units_per_file),
+            "first_in_queue": first[(topic, queue)] == name,
+            "files": uris,
+            "out": out,
+        }
+        for (topic, queue, name), uris in sorted(groups.items())
+    ]
+
+
+def _index_tasks(lake: Lake, settings: Settings, out: str) -> list[dict]:
+    store = settings.store
+    files = _files_by(lake, "indexfile", lambda f: f.partition_values["index_file"])
+    return [
+        {
+            "index_file": header["index_file"],
+            "header": header,
+            "slots": store.index_slots,
+            "file_size": index_file_size(store.index_slots, store.index_max_entries),
+            "files": files.get(header["index_file"], []),
+            "out": out,
+        }
+        for header in lake.read_arrow("indexfile_header").to_pylist()
+    ]
+
+
+def _run_tasks(spark, write, tasks: list[dict], *, one_per_task: bool = False) -> list[dict]:
+    """Run ``write`` on every task on the executors; the results (one small dict each) come back."""
+    if not tasks:
+        return []
+    context = spark.sparkContext
+    slices = len(tasks) if one_per_task else min(len(tasks), max(4 * context.defaultParallelism, 1))
+    return context.parallelize(tasks, slices).map(write).collect()
+
+
+def _write_metadata(lake: Lake, settings: Settings, entry, out: Path) -> None:
+    """``checkpoint`` and ``config/``: small, from the ledger state and small tables (driver side)."""
+    state = entry.state
+    commitlog, reput = state.get("commitlog", {}), state.get("reput", {})
+    checkpoint = S.Checkpoint(
+        physic_msg_timestamp=int(commitlog.get("physic_msg_timestamp") or 0),
+        logics_msg_timestamp=int(reput.get("logics_msg_timestamp") or 0),
+        index_msg_timestamp=int(reput.get("index_msg_timestamp") or 0),
+        master_flushed_offset=0,  # a master's own store: set only by a slave
+        confirm_phy_offset=int(commitlog.get("next_offset", 0)),
+    )
+    (out / "checkpoint").write_bytes(checkpoint.encode())
+    config = out / "config"
+    config.mkdir()
+    stamp = int(entry.committed_at.timestamp() * 1000) if entry.committed_at else 0
+    topics = {name: (t.queues, t.cleanup_policy) for name, t in settings.topics.items()}
+    for name in commitlog.get("topics", {}):
+        if name not in topics:  # auto-created by the first message, as the broker does
+            topics[name] = (settings.broker.default_topic_queue_nums, "DELETE")
+    (config / "topics.json").write_text(S.topics_json(topics, data_version=entry.seq, timestamp=stamp))
+    latest: dict[tuple[str, str, int], tuple] = {}
+    if lake.exists("consumer_offsets"):
+        for row in lake.read_arrow("consumer_offsets").to_pylist():
+            key = (row["topic"], row["group"], row["queue_id"])
+            if key not in latest or row["as_of"] > latest[key][0]:
+                latest[key] = (row["as_of"], row["offset"])
+    offsets: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
+    for (topic, group, queue), (_, offset) in latest.items():
+        offsets[(topic, group)][queue] = offset
+    (config / "consumerOffset.json").write_text(
+        S.consumer_offsets_json(offsets, data_version=entry.seq, timestamp=stamp)
+    )
+
+
+# -- import ------------------------------------------------------------------------------------
+
+
+def import_store(spark, settings: Settings, *, store_dir: str) -> dict:
+    """Read the commitlog files of a broker store at ``store_dir`` into an empty lake.
+
+    Returns:
+        Metrics: ``files``, ``messages``, ``corrupt_records`` (also in
+        ``rejected``: file, offset, reason), ``start_offset``, ``end_offset``,
+        ``status`` (``imported``, or ``already_imported`` for the same store).
+    """
+    root = Path(store_dir).resolve()
+    folder = root / "commitlog"
+    if not folder.is_dir():
+        raise InputError(f"{root}: no commitlog/ folder; is this a broker store directory?")
+    names = sorted(n for n in os.listdir(folder) if n.isdigit() and len(n) == 20)
+    if not names:
+        raise InputError(f"{folder}: no commitlog segment files (20-digit names)")
+    size = settings.store.commitlog_segment_size
+    for name in names:
+        actual = os.path.getsize(folder / name)
+        if actual != size or int(name) % size:
+            raise ConfigError(
+                f"{folder / name} is {actual} bytes but store.commitlog_segment_size is {size}; "
+                f"pass --set store.commitlog_segment_size={actual}"
+            )
+    # size and modification time: every segment file has the segment size, so a rewrite shows in its mtime
+    fingerprint = {name: [os.stat(folder / name).st_size, os.stat(folder / name).st_mtime_ns] for name in names}
+    lake = open_lake(settings)
+    started = time.monotonic()
+
+    def work(run: LakeRun) -> dict:
+        return _import(spark, settings, run, root, names, fingerprint, started=started)
+
+    return run_with_retries(lake, "import-store", work, retries=settings.lake.commit_retries)
+
+
+def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerprint, *, started: float) -> dict:
+    previous = run.state.get("import_store", {})
+    if previous.get("source") == str(root) and previous.get("files") == fingerprint:
+        return {"status": "already_imported", "source": str(root), "table_versions": {}}
+    if int(run.state.get("commitlog", {}).get("next_offset", 0)) > 0:
+        raise LakeStateError(
+            f"the lake at {run.lake.root} already holds a commitlog; import-store needs an empty lake (--lake)"
+        )
+    stages = Stages(log)
+    tasks = [(str(root / "commitlog" / name), int(name)) for name in names]
+    with stages("read commitlog files") as note:
+        rows = (
+            spark.sparkContext.parallelize(tasks, len(tasks))
+            .toDF("path string, start_offset bigint")
+            .mapInArrow(_read_files, store_files.IMPORTED.spark_schema)
+            .persist()
+        )
+        messages = rows.where(~F.col("blank_end") & F.col("corrupt_reason").isNull())
+        stage_dataframe(run, messages.withColumn("batch_id", F.lit(run.run_id)), "commitlog")
+        corrupt = rows.where(F.col("corrupt_reason").isNotNull())
+        corrupt_count = corrupt.count()
+        if corrupt_count:
+            for row in corrupt.select("corrupt_reason").limit(20).collect():  # a sample for the log
+                log.error("corrupt record: %s", row["corrupt_reason"])
+            stage_dataframe(
+                run,
+                corrupt.select(
+                    F.lit(run.run_id).alias("batch_id"),
+                    "source_file",
+                    "source_line",
+                    F.concat(F.lit("offset "), F.col("physical_offset").cast("string")).alias("raw"),
+                    F.col("corrupt_reason").alias("reason"),
+                    F.current_timestamp().alias("rejected_at"),
+                ),
+                "rejected",
+            )
+        totals = _totals(messages)
+        blanks = {r["segment"] for r in rows.where("blank_end").select("segment").collect()}  # one per segment
+        note.update(files=len(tasks), messages=totals["messages"], corrupt=corrupt_count)
+    rows.unpersist()
+    if not totals["messages"]:
+        raise InputError(f"{root}/commitlog holds no readable message")
+    size = settings.store.commitlog_segment_size
+    per_segment = totals["segments"]
+    last = max(per_segment, key=lambda s: s["data_end"])
+    end_offset = last["data_end"]
+    if last["segment"] in blanks:  # the newest file ends with its blank: writing goes on in the next file
+        end_offset = int(last["segment"]) + size
+    segment_rows = update_segments([], per_segment, segment_size=size, end_offset=end_offset)
+    run.stage_arrow("segments", pa.Table.from_pylist(segment_rows, schema=SEGMENTS.arrow_schema), mode="overwrite")
+    state = run.state.setdefault("commitlog", {})
+    state.update(
+        next_offset=end_offset,
+        queue_heads=totals["queue_heads"],
+        rr_counters={},
+        topics=totals["topics"],
+        physic_msg_timestamp=last["last_store_timestamp"],
+    )
+    run.state["import_store"] = {"source": str(root), "files": fingerprint, "corrupt_records": corrupt_count}
+    versions = run.commit()
+    return {
+        "status": "imported",
+        "source": str(root),
+        "files": len(tasks),
+        "messages": totals["messages"],
+        "corrupt_records": corrupt_count,
+        "start_offset": int(names[0]),
+        "end_offset": end_offset,
+        "segments": len(segment_rows),
+        "table_versions": versions,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _read_files(batches):
+    for batch in batches:
+        for path, start in zip(batch.column("path").to_pylist(), batch.column("start_offset").to_pylist(), strict=True):
+            yield from store_files.read_segment_file(path, start_offset=start)
+
+
+def _totals(messages) -> dict:
+    """Per segment (count, end of data, first/last store time), per queue head and per topic totals."""
+    segments = (
+        messages.groupBy("segment")
+        .agg(
+            F.count(F.lit(1)).alias("message_count"),
+            F.max(F.col("physical_offset") + F.col("total_size")).alias("data_end"),
+            F.min_by("store_timestamp", "physical_offset").alias("first_store_timestamp"),
+            F.max_by("store_timestamp", "physical_offset").alias("last_store_timestamp"),
+        )
+        .collect()
+    )  # one row per segment
+    heads = (
+        messages.where(dispatchable())
+        .groupBy("topic", "queue_id")
+        .agg((F.max("queue_offset") + 1).alias("head"))
+        .collect()
+    )  # one row per queue
+    topics = messages.groupBy("topic").agg(F.count(F.lit(1)).alias("n"), F.sum("total_size").alias("b")).collect()
+    queue_heads: dict[str, dict[str, int]] = defaultdict(dict)
+    for row in heads:
+        queue_heads[row["topic"]][str(row["queue_id"])] = row["head"]
+    return {
+        "messages": sum(r["message_count"] for r in segments),
+        "segments": [r.asDict() for r in segments],
+        "queue_heads": dict(queue_heads),
+        "topics": {r["topic"]: {"messages": r["n"], "bytes": r["b"]} for r in topics},
+    }

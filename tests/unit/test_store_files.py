@@ -1,0 +1,150 @@
+"""Store files byte for byte against the spec's vectors (records, the blank record, CQ units, index entries):
+a broker's bytes are read by the import walk and written back by the export writers unchanged."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rmqlake.formats.indexfile import index_file_size
+from rmqlake.formats.store import Checkpoint
+from rmqlake.transforms import store_files
+from tests.vectors import section
+
+BLANK = section("commitlog_blank_record")
+
+
+@pytest.mark.parametrize("case", section("commitlog_records"), ids=lambda c: c["name"])
+def test_a_broker_segment_read_and_written_back_is_the_same_bytes(case, tmp_path):
+    record = bytes.fromhex(case["expected"]["record_hex"])
+    start = case["inputs"]["physicalOffset"]
+    segment = f"{start:020d}"
+    original = record + bytes.fromhex(BLANK["hex"]) + bytes(BLANK["maxBlank"] - 8)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / segment).write_bytes(original)
+
+    (row,) = [
+        r
+        for batch in store_files.read_segment_file(str(tmp_path / "in" / segment), start_offset=start)
+        for r in batch.to_pylist()
+        if not r["blank_end"]
+    ]
+    assert row["corrupt_reason"] is None and row["msg_id"] == case["expected"]["offsetMsgId"]
+    assert row["properties_bytes"].hex() == case["expected"]["propertiesString_hex"]
+    assert row["queue_offset"] == case["expected"]["storedQueueOffset"]
+    pq.write_table(pa.Table.from_pylist([row], schema=store_files.IMPORTED_SCHEMA), tmp_path / "rows.parquet")
+    result = store_files.write_segment(
+        {
+            "segment": segment,
+            "start_offset": start,
+            "data_end": start + len(record),
+            "sealed": True,
+            "file_size": len(original),
+            "files": [str(tmp_path / "rows.parquet")],
+            "out": str(tmp_path / "out"),
+        }
+    )
+    assert result == {"file": f"commitlog/{segment}", "records": 1, "bytes": len(record)}
+    assert (tmp_path / "out" / "commitlog" / segment).read_bytes() == original
+
+
+def test_corrupt_records_are_reported_with_file_and_offset_and_the_walk_goes_on(tmp_path):
+    first, second = (bytes.fromhex(c["expected"]["record_hex"]) for c in section("commitlog_records")[:2])
+    # the vectors sit at their own offsets; re-placed one after the other, their PHYSICALOFFSET fields disagree
+    path = tmp_path / "00000000000000000000"
+    broken = bytearray(first)
+    broken[8] ^= 0x01  # BODYCRC
+    path.write_bytes(bytes(broken) + second + bytes(64))
+    rows = [r for b in store_files.read_segment_file(str(path), start_offset=0) for r in b.to_pylist()]
+    assert [r["corrupt_reason"] for r in rows] == [
+        f"{path} at offset 0: body CRC mismatch: stored {int.from_bytes(broken[8:12], 'big', signed=True)}, "
+        f"computed {int.from_bytes(first[8:12], 'big', signed=True)}",
+        f"{path} at offset {len(first)}: PHYSICALOFFSET field is 226",
+    ]
+    garbage = tmp_path / "00000000000000001024"
+    garbage.write_bytes(b"\x00\x00\x00\x30\x12\x34\x56\x78" + bytes(100))  # unknown magic: the size is not trusted
+    (only,) = [r for b in store_files.read_segment_file(str(garbage), start_offset=1024) for r in b.to_pylist()]
+    assert "unknown magic code 0x12345678" in only["corrupt_reason"]
+
+
+def test_consume_queue_and_index_files_hold_the_vector_bytes(tmp_path):
+    units = [u for u in section("consumequeue_units") if u["topic"] == "TopicTest" and u["queueId"] == 0]
+    pq.write_table(
+        pa.table(
+            {
+                "queue_offset": [u["queueOffset"] for u in units],
+                "commitlog_offset": [u["commitLogOffset"] for u in units],
+                "size": pa.array([u["size"] for u in units], pa.int32()),
+                "tags_code": [u["tagsCode"] for u in units],
+            }
+        ),
+        tmp_path / "cq.parquet",
+    )
+    store_files.write_cq_file(
+        {
+            "topic": "TopicTest",
+            "queue_id": 0,
+            "cq_file": units[0]["file"],
+            "file_size": 300_000 * 20,
+            "first_in_queue": True,
+            "files": [str(tmp_path / "cq.parquet")],
+            "out": str(tmp_path),
+        }
+    )
+    data = (tmp_path / "consumequeue" / "TopicTest" / "0" / units[0]["file"]).read_bytes()
+    for unit in units:
+        assert data[unit["positionInFile"] : unit["positionInFile"] + 20].hex() == unit["unit_hex"]
+
+    scenario = section("index_scenario")
+    entries = scenario["entries"]
+    header = scenario["header"]
+    pq.write_table(
+        pa.table(
+            {
+                "index_no": pa.array([e["index"] for e in entries], pa.int32()),
+                "key_hash": pa.array([e["keyHash"] for e in entries], pa.int32()),
+                "slot": pa.array([e["keyHash"] % scenario["hashSlotNum"] for e in entries], pa.int32()),
+                "phy_offset": pa.array([e["phyOffset"] for e in entries], pa.int64()),
+                "time_diff": pa.array([e["timeDiffSec"] for e in entries], pa.int32()),
+                "prev_index": pa.array([e["prevIndex"] for e in entries], pa.int32()),
+            }
+        ),
+        tmp_path / "index.parquet",
+    )
+    store_files.write_index_file(
+        {
+            "index_file": "20231114221320000",
+            "header": {
+                "begin_timestamp": header["beginTimestamp"],
+                "end_timestamp": header["endTimestamp"],
+                "begin_phy_offset": header["beginPhyOffset"],
+                "end_phy_offset": header["endPhyOffset"],
+                "hash_slot_count": header["hashSlotCount"],
+                "index_count": header["indexCount"],
+            },
+            "slots": scenario["hashSlotNum"],
+            "file_size": index_file_size(scenario["hashSlotNum"], scenario["indexNum"]),
+            "files": [str(tmp_path / "index.parquet")],
+            "out": str(tmp_path),
+        }
+    )
+    path = tmp_path / "index" / "20231114221320000"
+    assert path.stat().st_size == scenario["fileSize"]
+    with open(path, "rb") as data:  # 420 MB, mostly a hole: read only what the vectors name
+
+        def at(offset: int, length: int) -> str:
+            data.seek(offset)
+            return data.read(length).hex()
+
+        assert at(0, 40) == header["hex"]
+        for slot in scenario["slots"]:
+            assert at(slot["byteOffset"], 4) == slot["hex"]
+        for entry in entries:
+            assert at(entry["byteOffset"], 20) == entry["hex"]
+
+
+def test_checkpoint_is_one_page_with_five_big_endian_longs():
+    data = Checkpoint(1, 2, 3, 4, 5).encode()
+    assert len(data) == 4096 and data[:40] == b"".join(n.to_bytes(8, "big") for n in (1, 2, 3, 4, 5))
+    assert not any(data[40:]) and Checkpoint.decode(data) == Checkpoint(1, 2, 3, 4, 5)
