@@ -13,7 +13,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 DEMO_DIR ?= demo-data
 DEMO_MESSAGES ?= 50000
 
-.PHONY: help venv demo test lint bench package lock clean airflow
+.PHONY: help venv demo test cluster-test lint bench package lock clean airflow
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -30,8 +30,11 @@ venv: $(STAMP) ## create .venv with the pinned dependencies
 demo: $(STAMP) ## generate ~50k messages, run the jobs into ./lake, print where to look
 	$(BIN)/python -m rmqlake.demo --env local --data $(DEMO_DIR) --messages $(DEMO_MESSAGES)
 
-test: $(STAMP) ## run the test suite (unit, Spark, end to end)
-	$(BIN)/python -m pytest -q
+test: $(STAMP) ## run the test suite (unit, Spark, end to end, Airflow); the cluster test is separate
+	$(BIN)/python -m pytest -q -m "not cluster"
+
+cluster-test: $(STAMP) ## every job on a local Spark standalone cluster (master + 2 workers) vs the local run
+	$(BIN)/python -m pytest -q -m cluster tests/cluster
 
 lint: $(STAMP) ## ruff check and format check
 	$(BIN)/ruff check lib tests jobs bench airflow_dags
@@ -43,6 +46,7 @@ bench: $(STAMP) ## benchmarks: figures and ratios against baselines measured in 
 	$(BIN)/python bench/compact_bench.py
 	$(BIN)/python bench/expire_bench.py
 	$(BIN)/python bench/export_bench.py
+	$(BIN)/python bench/driver_memory_bench.py
 
 package: $(STAMP) ## dist/rmqlake.zip (for spark-submit --py-files) and a wheel
 	rm -rf dist && mkdir -p dist

@@ -189,7 +189,12 @@ def _settings(args):
 def _spark(settings, args, app: str):
     from rmqlake.session import get_spark
 
-    return get_spark(settings.spark, conf_dir=args.conf, app_name=f"rmqlake-{app}")
+    spark = get_spark(settings.spark, conf_dir=args.conf, app_name=f"rmqlake-{app}")
+    if settings.lake.engine == "delta-spark":  # before anything is read or written
+        from rmqlake.lake.deltaspark import require_delta_extension
+
+        require_delta_extension(spark)
+    return spark
 
 
 def _now(text: str | None) -> datetime:

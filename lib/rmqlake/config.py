@@ -115,7 +115,7 @@ class LakeSettings(_Section):
     """Where the tables live and which Delta engine commits them."""
 
     root: str = "./lake"
-    engine: Literal["delta-rs"] = "delta-rs"
+    engine: Literal["delta-rs", "delta-spark"] = "delta-rs"
     storage_options: dict[str, str] = Field(default_factory=dict)
     commit_retries: int = Field(2, ge=0, le=10)
     staging_grace_hours: float = Field(24.0, ge=0)

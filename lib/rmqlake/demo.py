@@ -97,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
             ]
         )
     )
+    from rmqlake.steps.store import export_store
+
+    exported = export_store(spark, settings, out=str(Path(args.data) / "store"), overwrite=True)
+    print(
+        f"\nexport-store: {exported['commitlog_files']} commitlog segment files ({exported['records']:,} records), "
+        f"{exported['consumequeue_files']} CQ files, {exported['index_files']} index files, checkpoint and config "
+        f"in {exported['out']} ({exported['seconds']:.1f}s)"
+    )
     print("\nconsumer lag at the last snapshot (first queues):")
     print(render_table(lag(settings)["latest"][:8]))
     lake = open_lake(settings)
@@ -124,6 +132,8 @@ Tables (Delta Lake) under {root}:
   dq_results        one row per quality expectation per run (success, observed values, table version)
 
 Data Docs (every quality run's results): {checked["data_docs"]}
+The same store as a broker keeps it on disk (commitlog/, consumequeue/, index/, checkpoint, config/):
+  {exported["out"]}
 Quality report of this run (disk use per topic, consumer lag, rejects per batch, compaction ratio):
   {checked.get("report") or "(quality.report is off)"}
 
@@ -135,6 +145,7 @@ Ask it what a broker would answer:
   .venv/bin/rmqlake query offset --env local --topic {compacted_topic} --queue 0 --offset 0 --compacted
   .venv/bin/rmqlake lag --env local --group cg_audit
   .venv/bin/rmqlake quality --env local --suite commitlog
+  .venv/bin/rmqlake export-store --env local --out /tmp/store --as-of 2   # the store right after run 2
   .venv/bin/rmqlake expire --env local --now {(expire_at + timedelta(days=1)):%Y-%m-%dT%H:%M:%SZ} --dry-run
 
 Or read the tables with any Delta reader:

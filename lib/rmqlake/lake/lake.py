@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from rmqlake.errors import CommitConflictError, LakeStateError
 from rmqlake.lake.actions import DataFile, parquet_stats, partition_values_from_path
 from rmqlake.lake.deltars import DeltaRsEngine
+from rmqlake.lake.deltaspark import DeltaSparkEngine
 from rmqlake.lake.ledger import LEDGER_APP_ID, LedgerEntry, commit_ledger, read_ledger
 from rmqlake.lake.storage import Storage, normalize_root
 from rmqlake.lake.tables import TABLES, table_spec
@@ -90,9 +91,10 @@ class Lake:
         self.root = normalize_root(root)
         self.storage_options = dict(storage_options or {})
         self.storage = Storage(self.root, self.storage_options)
-        if engine != "delta-rs":
-            raise ValueError(f"unknown lake engine {engine!r}; available: delta-rs")
-        self.engine = DeltaRsEngine(self.root, storage_options=self.storage_options, pin_snapshots=read_only)
+        engines = {"delta-rs": DeltaRsEngine, "delta-spark": DeltaSparkEngine}
+        if engine not in engines:
+            raise ValueError(f"unknown lake engine {engine!r}; available: {', '.join(engines)}")
+        self.engine = engines[engine](self.root, storage_options=self.storage_options, pin_snapshots=read_only)
         self.read_only = read_only
         self.staging_grace_hours = staging_grace_hours
         self._ledger: LedgerEntry | None = None  # read-only lakes with a half-applied run: the entry before it

@@ -20,6 +20,8 @@ def read_table(spark, lake: Lake, table: str, *, version: int | None = None, par
     """
     spec = table_spec(table)
     schema = spec.spark_schema
+    if lake.engine.name == "delta-spark" and lake.exists(table):
+        return _read_delta(spark, lake, table, spec, version=version, partition_filters=partition_filters)
     uris = (
         lake.engine.file_uris(table, version=version, partition_filters=partition_filters) if lake.exists(table) else []
     )
@@ -27,6 +29,26 @@ def read_table(spark, lake: Lake, table: str, *, version: int | None = None, par
         return spark.createDataFrame([], schema)
     frame = spark.read.schema(schema).option("basePath", lake.uri(table)).parquet(*uris)
     return frame.select(*spec.columns)
+
+
+def _read_delta(spark, lake: Lake, table: str, spec, *, version, partition_filters):
+    """Through the Delta extension, at the version the lake reads (pinned, time travel, or ``version``)."""
+    snapshot = lake.engine.open(table, version=version)
+    frame = spark.read.format("delta").option("versionAsOf", snapshot.version()).load(lake.uri(table))
+    for column, op, value in partition_filters or []:
+        column_ = F.col(column)
+        condition = {
+            "=": column_ == value,
+            "!=": column_ != value,
+            "<": column_ < value,
+            "<=": column_ <= value,
+            ">": column_ > value,
+            ">=": column_ >= value,
+            "in": column_.isin(list(value)),
+            "not in": ~column_.isin(list(value)),
+        }[op]
+        frame = frame.where(condition)
+    return frame.select(*[F.col(name).cast(kind).alias(name) for name, kind in spec.fields])
 
 
 def stage_dataframe(

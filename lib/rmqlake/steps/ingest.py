@@ -28,7 +28,7 @@ from rmqlake.lake.spark_io import stage_dataframe
 from rmqlake.producer_log import ParseOptions
 from rmqlake.progress import Stages
 from rmqlake.transforms import ingest as T
-from rmqlake.transforms.segments import update_segments
+from rmqlake.transforms.segments import segment_aggregates, update_segments
 
 log = logging.getLogger(__name__)
 # Small row groups: a lookup by physical offset reads one row group per message, not a whole file.
@@ -373,18 +373,7 @@ def _log_rejects(parsed, *, limit: int) -> None:
 
 def _segment_aggregates(spark, run: LakeRun) -> list[dict]:
     """Per segment written by this run: count, end of data, first and last store time (by offset)."""
-    staged = spark.read.parquet(run.staging_uri("commitlog"))
-    rows = (
-        staged.groupBy("segment")
-        .agg(
-            F.count(F.lit(1)).alias("message_count"),
-            F.max(F.col("physical_offset") + F.col("total_size")).alias("data_end"),
-            F.min_by("store_timestamp", "physical_offset").alias("first_store_timestamp"),
-            F.max_by("store_timestamp", "physical_offset").alias("last_store_timestamp"),
-        )
-        .collect()
-    )
-    return [r.asDict() for r in rows]
+    return segment_aggregates(spark.read.parquet(run.staging_uri("commitlog")))
 
 
 def _segments_schema() -> pa.Schema:

@@ -41,7 +41,7 @@ from rmqlake.steps.ingest import open_lake
 from rmqlake.timeutil import parse_timestamp, to_datetime
 from rmqlake.transforms import store_files
 from rmqlake.transforms.columns import dispatchable
-from rmqlake.transforms.segments import DELETED, update_segments
+from rmqlake.transforms.segments import DELETED, segment_aggregates, update_segments
 
 log = logging.getLogger(__name__)
 CQ_GROUP = group_folder("cq_file")
@@ -349,16 +349,7 @@ def _read_files(batches):
 
 def _totals(messages) -> dict:
     """Per segment (count, end of data, first/last store time), per queue head and per topic totals."""
-    segments = (
-        messages.groupBy("segment")
-        .agg(
-            F.count(F.lit(1)).alias("message_count"),
-            F.max(F.col("physical_offset") + F.col("total_size")).alias("data_end"),
-            F.min_by("store_timestamp", "physical_offset").alias("first_store_timestamp"),
-            F.max_by("store_timestamp", "physical_offset").alias("last_store_timestamp"),
-        )
-        .collect()
-    )  # one row per segment
+    segments = segment_aggregates(messages)
     heads = (
         messages.where(dispatchable())
         .groupBy("topic", "queue_id")
@@ -371,7 +362,7 @@ def _totals(messages) -> dict:
         queue_heads[row["topic"]][str(row["queue_id"])] = row["head"]
     return {
         "messages": sum(r["message_count"] for r in segments),
-        "segments": [r.asDict() for r in segments],
+        "segments": segments,
         "queue_heads": dict(queue_heads),
         "topics": {r["topic"]: {"messages": r["n"], "bytes": r["b"]} for r in topics},
     }

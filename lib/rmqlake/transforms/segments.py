@@ -62,3 +62,22 @@ def update_segments(
             row["padding_bytes"] = row["end_offset"] - end_of_data
         row["size_bytes"] = row["end_offset"] - row["start_offset"]
     return sorted(rows.values(), key=lambda r: r["start_offset"])
+
+
+def segment_aggregates(commitlog) -> list[dict]:
+    """Per segment of a commitlog DataFrame: ``message_count``, ``data_end`` (end of its last record) and the
+    ``first_store_timestamp``/``last_store_timestamp`` of its first and last record by offset (the input of
+    ``update_segments``; one small row per segment reaches the driver)."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        commitlog.groupBy("segment")
+        .agg(
+            F.count(F.lit(1)).alias("message_count"),
+            F.max(F.col("physical_offset") + F.col("total_size")).alias("data_end"),
+            F.min_by("store_timestamp", "physical_offset").alias("first_store_timestamp"),
+            F.max_by("store_timestamp", "physical_offset").alias("last_store_timestamp"),
+        )
+        .collect()
+    )
+    return [r.asDict() for r in rows]

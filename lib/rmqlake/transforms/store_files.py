@@ -38,26 +38,14 @@ from rmqlake.formats.record import (
     encode_blank,
     encode_record,
 )
-from rmqlake.lake.tables import MESSAGE_COLUMNS, TableSpec
+from rmqlake.lake.tables import COMMITLOG, MESSAGE_COLUMNS, TableSpec
 
+# the stored columns a record's bytes come from (the rest are derived from them or are provenance)
 RECORD_COLUMNS = [
-    "physical_offset",
-    "total_size",
-    "magic",
-    "body_crc",
-    "queue_id",
-    "flag",
-    "queue_offset",
-    "sys_flag",
-    "born_timestamp",
-    "born_host",
-    "store_timestamp",
-    "store_host",
-    "reconsume_times",
-    "prepared_transaction_offset",
-    "body",
-    "topic",
-    "properties_bytes",
+    name
+    for name in COMMITLOG.columns
+    if name not in ("segment", "properties", "keys", "tags", "uniq_key", "msg_id", "batch_id")
+    and not name.startswith("source_")
 ]
 READ_BATCH_ROWS = 2048
 
