@@ -134,7 +134,11 @@ class DeltaSparkEngine(DeltaRsEngine):
         for app_id in app_transactions:
             txn.txnVersion(app_id)  # read: a concurrent commit of the same app id now conflicts
         if mode == "overwrite":  # every file of the version the transaction read goes
-            removes = [*removes, *self.active_files(spec.name, version=txn.readVersion())]
+            named = {f.path for f in removes}
+            removes = [
+                *removes,
+                *(f for f in self.active_files(spec.name, version=txn.readVersion()) if f.path not in named),
+            ]
         actions = [add_action(f) for f in adds]
         actions += [remove_action(f, deletion_timestamp=deletion_timestamp or now_ms) for f in removes]
         actions += [txn_action(a, v, now_ms=now_ms) for a, v in app_transactions.items()]
