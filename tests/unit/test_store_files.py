@@ -45,7 +45,7 @@ def test_a_broker_segment_read_and_written_back_is_the_same_bytes(case, tmp_path
             "out": str(tmp_path / "out"),
         }
     )
-    assert result == {"file": f"commitlog/{segment}", "records": 1, "bytes": len(record)}
+    assert result == {"file": f"commitlog/{segment}", "records": 1, "bytes": len(record), "last_offset": start}
     assert (tmp_path / "out" / "commitlog" / segment).read_bytes() == original
 
 

@@ -77,7 +77,8 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
         with stages("index files") as note:
             index_written = _run_tasks(spark, store_files.write_index_file, _index_tasks(lake, settings, str(work)))
             note.update(files=len(index_written), entries=sum(w["entries"] for w in index_written))
-        _write_metadata(lake, settings, entry, work)
+        last_message = max((w["last_offset"] for w in written if w["last_offset"] is not None), default=0)
+        _write_metadata(lake, settings, entry, work, last_message_offset=last_message)
         if target.exists():
             shutil.rmtree(target)
         os.replace(work, target)
@@ -196,16 +197,23 @@ def _run_tasks(spark, write, tasks: list[dict], *, one_per_task: bool = False) -
     return context.parallelize(tasks, slices).map(write).collect()
 
 
-def _write_metadata(lake: Lake, settings: Settings, entry, out: Path) -> None:
-    """``checkpoint`` and ``config/``: small, from the ledger state and small tables (driver side)."""
+def _write_metadata(lake: Lake, settings: Settings, entry, out: Path, *, last_message_offset: int) -> None:
+    """``checkpoint`` and ``config/``: small, from the ledger state and small tables (driver side).
+
+    The checkpoint is what a master (not in controller mode) holds after it
+    started on these files: recovery sets ``confirmPhyOffset`` to the offset
+    of the last valid message (``CommitLog.recoverNormally``:
+    ``setConfirmOffset(lastValidMsgPhyOffset)``, the record's start), and
+    ``masterFlushedOffset`` is only written by a slave.
+    """
     state = entry.state
     commitlog, reput = state.get("commitlog", {}), state.get("reput", {})
     checkpoint = S.Checkpoint(
         physic_msg_timestamp=int(commitlog.get("physic_msg_timestamp") or 0),
         logics_msg_timestamp=int(reput.get("logics_msg_timestamp") or 0),
         index_msg_timestamp=int(reput.get("index_msg_timestamp") or 0),
-        master_flushed_offset=0,  # a master's own store: set only by a slave
-        confirm_phy_offset=int(commitlog.get("next_offset", 0)),
+        master_flushed_offset=0,
+        confirm_phy_offset=last_message_offset,
     )
     (out / "checkpoint").write_bytes(checkpoint.encode())
     config = out / "config"

@@ -101,7 +101,13 @@ def write_segment(task: dict) -> dict:
         if task["sealed"]:  # the 8-byte end-of-file marker: TOTALSIZE = every byte left after the last record
             handle.seek(data_end - start)
             handle.write(encode_blank(start + size - data_end))
-    return {"file": f"commitlog/{task['segment']}", "records": len(spans), "bytes": data_end - start}
+    last = max((offset for offset, _ in spans), default=None)
+    return {
+        "file": f"commitlog/{task['segment']}",
+        "records": len(spans),
+        "bytes": data_end - start,
+        "last_offset": last,
+    }
 
 
 def _record(row: dict) -> Record:
