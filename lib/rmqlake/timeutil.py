@@ -29,6 +29,11 @@ def parse_timestamp(text: str | int, *, option: str = "timestamp") -> int:
     return int(moment.timestamp() * 1000)
 
 
+def epoch_ms(value: datetime | int) -> int:
+    """Epoch milliseconds of a timestamp read from a table (a datetime) or already in milliseconds."""
+    return int(value.timestamp() * 1000) if isinstance(value, datetime) else int(value)
+
+
 def to_datetime(epoch_ms: int) -> datetime:
     return datetime.fromtimestamp(epoch_ms / 1000.0, UTC)
 

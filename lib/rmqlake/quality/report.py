@@ -27,7 +27,7 @@ from rmqlake.config import Settings
 from rmqlake.formats.retention import HOUR_MS
 from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table
-from rmqlake.timeutil import iso
+from rmqlake.timeutil import epoch_ms, iso, to_datetime
 from rmqlake.transforms.columns import dispatchable
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def _lag_history(spark, lake: Lake) -> list[dict]:
     if not lake.exists("consumer_offsets"):
         return []
     offsets = lake.read_arrow("consumer_offsets", columns=["group", "topic", "queue_id", "offset", "as_of"])
-    snapshots = sorted({_ms(t) for t in offsets.column("as_of").to_pylist()})
+    snapshots = sorted({epoch_ms(t) for t in offsets.column("as_of").to_pylist()})
     if not snapshots:
         return []
     # each unit counts from the first snapshot at or after its store time: the number of snapshots before it
@@ -84,7 +84,7 @@ def _lag_history(spark, lake: Lake) -> list[dict]:
             high_at[(*queue, moment)] = high
     lag: dict[tuple[int, str, str], int] = defaultdict(int)
     for row in offsets.to_pylist():
-        moment = _ms(row["as_of"])
+        moment = epoch_ms(row["as_of"])
         high = high_at.get((row["topic"], row["queue_id"], moment), 0)
         lag[(moment, row["group"], row["topic"])] += max(0, high - row["offset"])
     return [{"as_of": m, "group": g, "topic": t, "lag": n} for (m, g, t), n in sorted(lag.items())]
@@ -157,7 +157,7 @@ def _draw_disk(axes, disk: dict) -> bool:
             total = reached.get(hour, total)
             column.append(total / 2**20)
         stacked.append(column + column[-1:])  # the last hour drawn to its end
-    edges = [_date(h) for h in [*hours, hours[-1] + HOUR_MS]]
+    edges = [to_datetime(h) for h in [*hours, hours[-1] + HOUR_MS]]
     axes.stackplot(edges, *stacked, labels=[_short(t) for t in topics], step="post")
     axes.set(title="live commitlog bytes per topic (cumulative by store hour)", ylabel="MiB")
     _legend_and_dates(axes)
@@ -171,7 +171,7 @@ def _draw_lag(axes, lag: list[dict]) -> bool:
     for row in lag:
         series[f"{row['group']} / {row['topic']}"].append((row["as_of"], row["lag"]))
     for label, points in sorted(series.items()):
-        axes.plot([_date(t) for t, _ in points], [n for _, n in points], marker="o", label=_short(label))
+        axes.plot([to_datetime(t) for t, _ in points], [n for _, n in points], marker="o", label=_short(label))
     axes.set(title="consumer lag at each offset snapshot", ylabel="messages")
     _legend_and_dates(axes)
     return True
@@ -261,14 +261,6 @@ def _text(value) -> str:
     if isinstance(value, float):
         return f"{value:.4f}"
     return str(value)
-
-
-def _date(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def _ms(value) -> int:
-    return int(value.timestamp() * 1000) if isinstance(value, datetime) else int(value)
 
 
 def link_latest(reports: Path, page: Path) -> Path:

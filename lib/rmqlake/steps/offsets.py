@@ -22,7 +22,7 @@ from rmqlake.errors import InputError, UsageError
 from rmqlake.lake import Lake, LakeRun, run_with_retries
 from rmqlake.lake.tables import CONSUMER_OFFSETS
 from rmqlake.steps.ingest import open_lake
-from rmqlake.timeutil import iso
+from rmqlake.timeutil import epoch_ms, iso
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def _snapshot_files(input_path: str) -> list[str]:
 
 def _append(lake: Lake, run: LakeRun, snapshots, *, started: float) -> dict:
     existing = lake.read_arrow("consumer_offsets", columns=["topic", "group", "queue_id", "as_of"]).to_pylist()
-    seen = {(r["topic"], r["group"], r["queue_id"], _ms(r["as_of"])) for r in existing}
+    seen = {(r["topic"], r["group"], r["queue_id"], epoch_ms(r["as_of"])) for r in existing}
     rows = []
     for path, moment, snapshot in snapshots:
         for row in snapshot:
@@ -120,7 +120,7 @@ def lag(settings: Settings, *, group: str | None = None) -> dict:
         return {"latest": [], "history": []}
     by_time: dict[int, list[dict]] = defaultdict(list)
     for row in offsets:
-        by_time[_ms(row["as_of"])].append(row)
+        by_time[epoch_ms(row["as_of"])].append(row)
     latest_time = max(by_time)
     latest = []
     for row in sorted(by_time[latest_time], key=lambda r: (r["group"], r["topic"], r["queue_id"])):
@@ -175,9 +175,3 @@ def max_offset_at(lake: Lake, topic: str, queue: int, moment: int) -> int:
         filter=ds.field("store_timestamp") <= moment,
     ).column("queue_offset")
     return pc.max(units).as_py() + 1 if len(units) else 0
-
-
-def _ms(value) -> int:
-    if isinstance(value, datetime):
-        return int(value.timestamp() * 1000)
-    return int(value)

@@ -88,7 +88,7 @@ def write_segment(task: dict) -> dict:
     with _preallocated(path, size) as handle:
         for batch in _batches(task["files"], RECORD_COLUMNS):
             for row in batch.to_pylist():
-                encoded = encode_record(_record(row))
+                encoded = encode_record(record_from_row(row))
                 if len(encoded) != row["total_size"]:
                     raise ValueError(
                         f"segment {task['segment']}: record at {row['physical_offset']} encodes to {len(encoded)} "
@@ -110,7 +110,8 @@ def write_segment(task: dict) -> dict:
     }
 
 
-def _record(row: dict) -> Record:
+def record_from_row(row: dict) -> Record:
+    """The record of a ``commitlog`` row: its stored fields and stored properties bytes (bytes as written)."""
     return Record(
         topic=row["topic"],
         queue_id=row["queue_id"],
