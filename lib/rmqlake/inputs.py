@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from rmqlake.errors import InputError
@@ -158,68 +157,39 @@ def plan_splits(files: list[Fingerprint], *, split_bytes: int) -> list[Split]:
 
 
 def iter_split_lines(split: Split) -> Iterator[bytes]:
-    """Lines starting inside ``split`` (newline and a trailing CR removed).
+    """Lines starting inside ``split`` (newline and a trailing CR removed)."""
+    for lines in iter_split_line_blocks(split):
+        yield from lines
+
+
+def iter_split_line_blocks(split: Split, *, block_bytes: int = _READ_BLOCK) -> Iterator[list[bytes]]:
+    """Lines starting inside ``split``, a block of about ``block_bytes`` at a time.
 
     A split that does not start the file first skips to the end of the line
     that crosses its start (that line belongs to the previous split); the
-    last line is read to its end even past ``split.end``.
+    last line is read to its end even past ``split.end``. Blocks are cut
+    with ``bytes.split``, so no Python code runs per line.
     """
     with open_binary(split.path, compressed=split.compressed, offset=max(split.start - 1, 0)) as handle:
         position = max(split.start - 1, 0)
         if split.start > 0:
-            skipped = handle.readline()  # ends at the first newline at or after start-1
-            position += len(skipped)
+            position += len(handle.readline())  # ends at the first newline at or after start-1
         while split.compressed or position < split.end:
-            line = handle.readline()
-            if not line:
+            wanted = block_bytes if split.compressed else max(1, min(block_bytes, split.end - position))
+            block = handle.read(wanted)
+            if not block:
                 break
-            position += len(line)
-            if line.endswith(b"\n"):
-                line = line[:-1]
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            yield line
+            if not block.endswith(b"\n"):
+                block += handle.readline()  # finish the line that starts inside the block
+            position += len(block)
+            lines = block.split(b"\n")
+            if block.endswith(b"\n"):
+                lines.pop()
+            if b"\r" in block:
+                lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
+            yield lines
 
 
 def count_split_lines(split: Split) -> int:
     """How many lines ``split`` owns (the first pass of line numbering)."""
-    return sum(1 for _ in iter_split_lines(split))
-
-
-LINES_SCHEMA = pa.schema(
-    [
-        ("source_file", pa.string()),
-        ("source_line", pa.int64()),
-        ("file_hash32", pa.int64()),
-        ("raw", pa.binary()),
-    ]
-)
-
-
-def read_split_batches(
-    split: Split, *, first_line: int, hash32: int, batch_rows: int = 8192
-) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of (source_file, source_line, file_hash32, raw) for one split."""
-    lines: list[bytes] = []
-    number = first_line
-    for line in iter_split_lines(split):
-        lines.append(line)
-        if len(lines) >= batch_rows:
-            yield _lines_batch(split.path, number, hash32, lines)
-            number += len(lines)
-            lines = []
-    if lines:
-        yield _lines_batch(split.path, number, hash32, lines)
-
-
-def _lines_batch(path: str, first: int, hash32: int, lines: list[bytes]) -> pa.RecordBatch:
-    count = len(lines)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([path] * count, pa.string()),
-            pa.array(range(first, first + count), pa.int64()),
-            pa.array([hash32] * count, pa.int64()),
-            pa.array(lines, pa.binary()),
-        ],
-        schema=LINES_SCHEMA,
-    )
+    return sum(len(lines) for lines in iter_split_line_blocks(split))

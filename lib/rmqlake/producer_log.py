@@ -12,13 +12,14 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple
 
+import msgspec
+
 from rmqlake.formats.crc import body_crc
-from rmqlake.formats.hosts import parse_host
+from rmqlake.formats.hosts import HostAddress, parse_host
 from rmqlake.formats.javahash import select_queue_by_hash
-from rmqlake.formats.msgid import month_start_millis, offset_msg_id_prefix, uniq_key
+from rmqlake.formats.msgid import month_start_millis, offset_msg_id_prefix, uniq_key_prefix, uniq_key_tail
 from rmqlake.formats.properties import (
     CLUSTER,
     KEY_SEPARATOR,
@@ -29,8 +30,7 @@ from rmqlake.formats.properties import (
     TAGS,
     UNIQ_KEY,
     hashmap_order,
-    serialize_properties,
-    split_keys,
+    properties_template,
 )
 from rmqlake.formats.record import (
     END_FILE_MIN_BLANK_LENGTH,
@@ -42,9 +42,6 @@ from rmqlake.formats.record import (
 from rmqlake.formats.topic import topic_error
 
 JAVA_INT_MIN, JAVA_INT_MAX = -(2**31), 2**31 - 1
-_topic_error = lru_cache(maxsize=4096)(topic_error)
-_magic_for_topic = lru_cache(maxsize=4096)(magic_for_topic)
-_msg_id_prefix = lru_cache(maxsize=4096)(offset_msg_id_prefix)
 JAVA_LONG_MAX = 2**63 - 1
 _BORN_V6 = 0x10
 _STORE_V6 = 0x20
@@ -69,6 +66,7 @@ class ParsedMessage(NamedTuple):
     """A valid line: every record field known before the message is placed in the log.
 
     ``queue_id`` is ``None`` when the queue is chosen round robin at append time.
+    ``properties`` are the stored (name, value) pairs in storage order.
     (A tuple, so that Spark tasks turn thousands of them into columns cheaply.)
     """
 
@@ -86,7 +84,7 @@ class ParsedMessage(NamedTuple):
     prepared_transaction_offset: int
     body: bytes
     body_crc: int
-    properties: dict[str, str]
+    properties: list[tuple[str, str]]
     properties_bytes: bytes
     keys: list[str]
     tags: str | None
@@ -98,80 +96,37 @@ class Rejection(ValueError):
     """Why a line cannot become a message."""
 
 
-def _int_field(doc: dict, name: str, *, default=None, minimum=JAVA_INT_MIN, maximum=JAVA_INT_MAX, required=False):
-    if name not in doc or doc[name] is None:
-        if required:
-            raise Rejection(f"missing required field '{name}'")
-        return default
-    value = doc[name]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise Rejection(f"field '{name}' must be an integer, got {type(value).__name__} {value!r:.40}")
-    if not minimum <= value <= maximum:
-        raise Rejection(f"field '{name}' = {value} is outside {minimum}..{maximum}")
-    return value
+class LineFields(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    """A line's fields with their JSON types checked; ``None`` when absent or null.
+
+    msgspec decodes a line straight into this: types checked in C, a
+    repeated name keeps its last value as ``json`` does, and every string is
+    decoded, so an accepted line is valid UTF-8 throughout. Unknown fields
+    are refused because msgspec would skip them without checking their
+    UTF-8: a line it refuses takes the slower ``json`` route, which ignores
+    unknown fields, checks the whole line and says why a line is bad.
+    """
+
+    topic: str | None = None
+    queue_id: int | None = None
+    # The body as its raw JSON text: a plain string is copied, not decoded to str and encoded back.
+    body: msgspec.Raw = msgspec.Raw(b"")
+    body_encoding: str | None = None
+    keys: str | list[str] | None = None
+    tags: str | None = None
+    properties: dict[str, str] | None = None
+    uniq_key: str | None = None
+    flag: int | None = None
+    born_timestamp: int | None = None
+    store_timestamp: int | None = None
+    born_host: str | None = None
+    store_host: str | None = None
+    reconsume_times: int | None = None
+    prepared_transaction_offset: int | None = None
+    transaction: str | None = None
 
 
-def _str_field(doc: dict, name: str, *, required=False) -> str | None:
-    if name not in doc or doc[name] is None:
-        if required:
-            raise Rejection(f"missing required field '{name}'")
-        return None
-    value = doc[name]
-    if not isinstance(value, str):
-        raise Rejection(f"field '{name}' must be a string, got {type(value).__name__}")
-    return value
-
-
-def _check_property_text(what: str, text: str) -> None:
-    if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
-        raise Rejection(f"{what} contains a property separator byte (0x01 or 0x02), which the broker cannot store")
-
-
-def _keys_field(doc: dict) -> str | None:
-    value = doc.get("keys")
-    if value is None:
-        return None
-    if isinstance(value, list):
-        for token in value:
-            if not isinstance(token, str):
-                raise Rejection(f"field 'keys' must be a string or a list of strings, found {type(token).__name__}")
-            if KEY_SEPARATOR in token:
-                raise Rejection(f"key {token!r} in the 'keys' list contains a space, the KEYS separator")
-        value = KEY_SEPARATOR.join(value)
-    elif not isinstance(value, str):
-        raise Rejection(f"field 'keys' must be a string or a list of strings, got {type(value).__name__}")
-    _check_property_text("field 'keys'", value)
-    return value or None
-
-
-def _body(doc: dict) -> bytes:
-    text = _str_field(doc, "body", required=True)
-    encoding = doc.get("bodyEncoding", "utf8")
-    if encoding in (None, "utf8", "utf-8"):
-        return text.encode("utf-8")
-    if encoding == "base64":
-        try:
-            return base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):
-            raise Rejection("field 'body' is not valid base64 although bodyEncoding is 'base64'") from None
-    raise Rejection(f"field 'bodyEncoding' must be 'utf8' or 'base64', got {encoding!r}")
-
-
-def _user_properties(doc: dict) -> list[tuple[str, str]]:
-    value = doc.get("properties")
-    if value is None:
-        return []
-    if not isinstance(value, dict):
-        raise Rejection(f"field 'properties' must be an object of strings, got {type(value).__name__}")
-    pairs = []
-    for name, text in value.items():
-        if not isinstance(text, str):
-            raise Rejection(f"property '{name}' must be a string, got {type(text).__name__}")
-        _check_property_text(f"property name {name!r}", name)
-        _check_property_text(f"property '{name}'", text)
-        if name and text:  # the broker's parser drops empty names and values (spec 1.5)
-            pairs.append((name, text))
-    return pairs
+_DECODER = msgspec.json.Decoder(LineFields)
 
 
 def parse_line(
@@ -193,19 +148,338 @@ def parse_line(
     Raises:
         Rejection: the line cannot become a message; the text says why.
     """
+    return line_parser(options).parse(raw, source_line=source_line, file_hash32=file_hash32)
+
+
+_PARSERS: dict[int, tuple[ParseOptions, LineParser]] = {}
+
+
+def line_parser(options: ParseOptions) -> LineParser:
+    """The parser of ``options`` (kept, with its caches, while the options object lives)."""
+    cached = _PARSERS.get(id(options))
+    if cached is None or cached[0] is not options:
+        if len(_PARSERS) > 16:
+            _PARSERS.clear()
+        cached = (options, LineParser(options))
+        _PARSERS[id(options)] = cached
+    return cached[1]
+
+
+class _Topic(NamedTuple):
+    problem: str | None
+    queue_count: int | None
+    magic: int
+    length: int  # UTF-8 bytes
+    compaction: bool
+
+
+class _Host(NamedTuple):
+    address: HostAddress | None
+    problem: str | None
+    text: str
+    is_ipv6: bool
+    msg_id_prefix: str
+
+
+class LineParser:
+    """Parses lines for one ``ParseOptions``; values that repeat across lines are computed once.
+
+    Topics, hosts, property-name sets (their HashMap order), UNIQ_KEY
+    prefixes and month starts repeat across millions of lines; each is
+    worked out the first time it is seen.
+    """
+
+    def __init__(self, options: ParseOptions):
+        self.options = options
+        self._topics: dict[str, _Topic] = {}
+        self._hosts: dict[str, _Host] = {}
+        self._orders: dict[tuple[str, ...], tuple[list[str], str]] = {}
+        self._uniq_prefixes: dict[tuple[bytes, int], str] = {}
+        self._sizes: dict[tuple[int, bool, bool], int] = {}
+        self._size_limit = min(
+            options.max_message_size + RECORD_OVERHEAD_ALLOWANCE, options.segment_size - END_FILE_MIN_BLANK_LENGTH
+        )
+
+    def parse(self, raw: bytes | str, *, source_line: int, file_hash32: int) -> ParsedMessage:
+        """See ``parse_line``."""
+        try:
+            fields = _decode_typed(raw)
+            body = None if fields is None else _plain_string(fields.body)
+            if body is None:
+                # msgspec refused the line, or its body is not a plain string: the json route says why, or
+                # accepts what msgspec refused (an unknown field, an escaped body).
+                fields = _fields_from_json(raw)
+                body = None if fields.body is None else fields.body.encode("utf-8")
+            return self._message(fields, body, source_line, file_hash32)
+        except UnicodeEncodeError:
+            raise Rejection("text contains a lone UTF-16 surrogate, which is not valid UTF-8") from None
+
+    def _message(self, line: LineFields, text: bytes | None, source_line: int, file_hash32: int) -> ParsedMessage:
+        """The message of a line whose field types are checked; ``text`` is the body string's UTF-8 bytes."""
+        options = self.options
+        topic = line.topic
+        if topic is None:
+            raise Rejection("missing required field 'topic'")
+        info = self._topics.get(topic) or self._topic(topic)
+        if info.problem:
+            raise Rejection(info.problem)
+        queue_count = info.queue_count
+
+        if text is None:
+            raise Rejection("missing required field 'body'")
+        encoding = line.body_encoding
+        if encoding is None or encoding == "utf8" or encoding == "utf-8":
+            body = text
+        elif encoding == "base64":
+            try:
+                body = base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError):
+                raise Rejection("field 'body' is not valid base64 although bodyEncoding is 'base64'") from None
+        else:
+            raise Rejection(f"field 'bodyEncoding' must be 'utf8' or 'base64', got {encoding!r}")
+        if len(body) > options.max_message_size:
+            raise Rejection(f"body of {len(body)} bytes exceeds store.max_message_size {options.max_message_size}")
+
+        keys = line.keys
+        if keys is not None:
+            if type(keys) is list:
+                for token in keys:
+                    if KEY_SEPARATOR in token:
+                        raise Rejection(f"key {token!r} in the 'keys' list contains a space, the KEYS separator")
+                keys = KEY_SEPARATOR.join(keys)
+            _check_property_text("field 'keys'", keys)
+            keys = keys or None
+        tags = line.tags
+        if tags is not None:
+            _check_property_text("field 'tags'", tags)
+            tags = tags or None
+        born_ts = line.born_timestamp
+        if born_ts is None:
+            raise Rejection("missing required field 'bornTimestamp'")
+        if not 0 <= born_ts <= JAVA_LONG_MAX:
+            _reject_range("bornTimestamp", born_ts, 0, JAVA_LONG_MAX)
+        store_ts = line.store_timestamp
+        if store_ts is None:
+            store_ts = born_ts
+        elif not 0 <= store_ts <= JAVA_LONG_MAX:
+            _reject_range("storeTimestamp", store_ts, 0, JAVA_LONG_MAX)
+        flag = line.flag
+        if flag is None:
+            flag = 0
+        elif not JAVA_INT_MIN <= flag <= JAVA_INT_MAX:
+            _reject_range("flag", flag, JAVA_INT_MIN, JAVA_INT_MAX)
+        reconsume = line.reconsume_times
+        if reconsume is None:
+            reconsume = 0
+        elif not 0 <= reconsume <= JAVA_INT_MAX:
+            _reject_range("reconsumeTimes", reconsume, 0, JAVA_INT_MAX)
+        prepared_offset = line.prepared_transaction_offset
+        if prepared_offset is None:
+            prepared_offset = 0
+        elif not 0 <= prepared_offset <= JAVA_LONG_MAX:
+            _reject_range("preparedTransactionOffset", prepared_offset, 0, JAVA_LONG_MAX)
+        transaction = line.transaction
+        sys_flag = TRANSACTION_TYPES.get(transaction if transaction is not None else "NOT_TYPE")
+        if sys_flag is None:
+            raise Rejection(
+                f"field 'transaction' must be one of {', '.join(TRANSACTION_TYPES)}, got {transaction!r:.40}"
+            )
+        born_text = line.born_host or options.default_born_host
+        born_host = self._hosts.get(born_text) or self._host(born_text)
+        if born_host.problem:
+            raise Rejection(born_host.problem)
+        store_text = line.store_host or options.default_store_host
+        store_host = self._hosts.get(store_text) or self._host(store_text)
+        if store_host.problem:
+            raise Rejection(store_host.problem)
+
+        queue_id = line.queue_id
+        if queue_id is not None:
+            if not JAVA_INT_MIN <= queue_id <= JAVA_INT_MAX:
+                _reject_range("queueId", queue_id, JAVA_INT_MIN, JAVA_INT_MAX)
+            if not 0 <= queue_id < queue_count:
+                raise Rejection(f"queueId {queue_id} is out of range for topic {topic!r} with {queue_count} queues")
+        key_list = [token for token in keys.split(KEY_SEPARATOR) if token] if keys else []
+        if queue_id is None and keys:
+            queue_id = select_queue_by_hash(keys, queue_count)
+        if info.compaction and not key_list:
+            raise Rejection(f"topic {topic!r} has cleanup.policy COMPACTION and the message has no keys")
+
+        uniq = line.uniq_key
+        if uniq is not None:
+            _check_property_text("field 'uniqKey'", uniq)
+        if not uniq:
+            prefix = self._uniq_prefixes.get((born_host.address.address, file_hash32))
+            if prefix is None:
+                prefix = uniq_key_prefix(
+                    ip=born_host.address.address, pid=file_hash32 >> 16, class_loader_hash=file_hash32
+                )
+                self._uniq_prefixes[(born_host.address.address, file_hash32)] = prefix
+            uniq = prefix + uniq_key_tail(
+                timestamp_ms=born_ts,
+                month_start_ms=month_start_millis(born_ts, options.timezone),
+                counter=source_line,
+            )
+
+        # The broker's HashMap: a repeated name keeps its first position and takes the last value.
+        merged = _user_properties(line.properties)
+        if keys:
+            merged[KEYS] = keys
+        if tags:
+            merged[TAGS] = tags
+        merged[UNIQ_KEY] = uniq
+        if options.cluster_name:
+            merged[CLUSTER] = options.cluster_name
+        names = tuple(merged)
+        layout = self._orders.get(names)
+        if layout is None:
+            layout = self._layout(names)
+        order, template = layout
+        values = [merged[name] for name in order]
+        properties = list(zip(order, values, strict=True))
+        properties_bytes = template.format(*values).encode("utf-8")
+        if len(properties_bytes) > MAX_PROPERTIES_LENGTH:
+            raise Rejection(f"properties of {len(properties_bytes)} bytes exceed the maximum {MAX_PROPERTIES_LENGTH}")
+
+        if born_host.is_ipv6:
+            sys_flag |= _BORN_V6
+        if store_host.is_ipv6:
+            sys_flag |= _STORE_V6
+        fixed = self._sizes.get((info.length, born_host.is_ipv6, store_host.is_ipv6))
+        if fixed is None:
+            fixed = self._fixed_size(info, born_host.is_ipv6, store_host.is_ipv6)
+        size = fixed + len(body) + len(properties_bytes)  # record_size is linear in the two lengths
+        if size > self._size_limit:
+            self._reject_size(size)
+        return ParsedMessage(
+            topic,
+            queue_id,
+            flag,
+            sys_flag,
+            info.magic,
+            born_ts,
+            born_host.text,
+            store_ts,
+            store_host.text,
+            store_host.msg_id_prefix,
+            reconsume,
+            prepared_offset,
+            body,
+            body_crc(body),
+            properties,
+            properties_bytes,
+            key_list,
+            tags,
+            uniq,
+            size,
+        )
+
+    def _layout(self, names: tuple[str, ...]) -> tuple[list[str], str]:
+        """A property-name set's storage order (HashMap iteration) and serialisation template."""
+        order = [name for name, _ in hashmap_order((name, "") for name in names)]
+        layout = (order, properties_template(order))
+        if len(self._orders) < 65536:
+            self._orders[names] = layout
+        return layout
+
+    def _topic(self, topic: str) -> _Topic:
+        options = self.options
+        problem = topic_error(topic)
+        queue_count = options.queue_counts.get(topic, options.default_queue_count)
+        if problem is None and queue_count is None:
+            problem = f"topic {topic!r} is not in topics.yaml and broker.auto_create_topic_enable is false"
+        info = _Topic(
+            problem,
+            queue_count,
+            magic_for_topic(topic) if problem is None else 0,
+            len(topic.encode("utf-8")),
+            topic in options.compaction_topics,
+        )
+        self._topics[topic] = info
+        return info
+
+    def _host(self, text: str) -> _Host:
+        try:
+            address = parse_host(text)
+        except ValueError as exc:
+            host = _Host(None, str(exc), text, False, "")
+        else:
+            host = _Host(address, None, address.text, address.is_ipv6, offset_msg_id_prefix(address))
+        if len(self._hosts) < 65536:
+            self._hosts[text] = host
+        return host
+
+    def _fixed_size(self, info: _Topic, born_v6: bool, store_v6: bool) -> int:
+        fixed = record_size(
+            body_length=0,
+            topic_length=info.length,
+            properties_length=0,
+            born_v6=born_v6,
+            store_v6=store_v6,
+            magic=info.magic,
+        )
+        self._sizes[(info.length, born_v6, store_v6)] = fixed
+        return fixed
+
+    def _reject_size(self, size: int) -> None:
+        options = self.options
+        limit = options.max_message_size + RECORD_OVERHEAD_ALLOWANCE
+        if size > limit:
+            raise Rejection(f"record of {size} bytes exceeds store.max_message_size + 64 KiB ({limit})")
+        raise Rejection(
+            f"record of {size} bytes cannot fit a commitlog segment of {options.segment_size} bytes "
+            "(store.commitlog_segment_size)"
+        )
+
+
+def _decode_typed(raw: bytes | str) -> LineFields | None:
     try:
-        return _parse(raw, options=options, source_line=source_line, file_hash32=file_hash32)
-    except UnicodeEncodeError:
-        raise Rejection("text contains a lone UTF-16 surrogate, which is not valid UTF-8") from None
+        return _DECODER.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec raises the latter for bad UTF-8 in a string
+        return None
 
 
-def _parse(
-    raw: bytes | str,
-    *,
-    options: ParseOptions,
-    source_line: int,
-    file_hash32: int,
-) -> ParsedMessage:
+def _reject_range(name: str, value: int, minimum: int, maximum: int) -> None:
+    raise Rejection(f"field '{name}' = {value} is outside {minimum}..{maximum}")
+
+
+def _plain_string(raw: msgspec.Raw) -> bytes | None:
+    """The UTF-8 bytes of a JSON string without escapes; ``None`` for anything else (absent, null, a number,
+    escapes, bytes that are not UTF-8), which the json route then handles."""
+    text = bytes(raw)
+    if len(text) < 2 or text[0] != 0x22 or b"\\" in text:  # 0x22: '"'
+        return None
+    text = text[1:-1]
+    if not text.isascii():
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return text
+
+
+def _check_property_text(what: str, text: str) -> None:
+    if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+        raise Rejection(f"{what} contains a property separator byte (0x01 or 0x02), which the broker cannot store")
+
+
+def _user_properties(properties: dict[str, str] | None) -> dict[str, str]:
+    if not properties:
+        return {}
+    merged = {}
+    for name, text in properties.items():
+        _check_property_text(f"property name {name!r}", name)
+        _check_property_text(f"property '{name}'", text)
+        if name and text:  # the broker's parser drops empty names and values (spec 1.5)
+            merged[name] = text
+    return merged
+
+
+# -- the json route: lines msgspec refused, and lines whose bytes are not checked yet ----------
+
+
+def _fields_from_json(raw: bytes | str) -> LineFields:
+    """Decode with ``json`` and check every field's type, rejecting with the reason."""
     if isinstance(raw, (bytes, bytearray)):
         try:
             text = raw.decode("utf-8")
@@ -221,110 +495,72 @@ def _parse(
         raise Rejection(f"malformed JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(doc, dict):
         raise Rejection(f"a line must be a JSON object, got {type(doc).__name__}")
-
-    topic = _str_field(doc, "topic", required=True)
-    problem = _topic_error(topic)
-    if problem:
-        raise Rejection(problem)
-    queue_count = options.queue_counts.get(topic, options.default_queue_count)
-    if queue_count is None:
-        raise Rejection(f"topic {topic!r} is not in topics.yaml and broker.auto_create_topic_enable is false")
-
-    body = _body(doc)
-    if len(body) > options.max_message_size:
-        raise Rejection(f"body of {len(body)} bytes exceeds store.max_message_size {options.max_message_size}")
-
-    keys = _keys_field(doc)
-    tags = _str_field(doc, "tags")
-    if tags is not None:
-        _check_property_text("field 'tags'", tags)
-        tags = tags or None
-    born_ts = _int_field(doc, "bornTimestamp", required=True, minimum=0, maximum=JAVA_LONG_MAX)
-    store_ts = _int_field(doc, "storeTimestamp", default=born_ts, minimum=0, maximum=JAVA_LONG_MAX)
-    flag = _int_field(doc, "flag", default=0)
-    reconsume = _int_field(doc, "reconsumeTimes", default=0, minimum=0)
-    prepared_offset = _int_field(doc, "preparedTransactionOffset", default=0, minimum=0, maximum=JAVA_LONG_MAX)
-    transaction = doc.get("transaction", "NOT_TYPE")
-    if transaction is None:
-        transaction = "NOT_TYPE"
-    if transaction not in TRANSACTION_TYPES:
-        raise Rejection(f"field 'transaction' must be one of {', '.join(TRANSACTION_TYPES)}, got {transaction!r:.40}")
-    try:
-        born_host = parse_host(_str_field(doc, "bornHost") or options.default_born_host)
-        store_host = parse_host(_str_field(doc, "storeHost") or options.default_store_host)
-    except ValueError as exc:
-        raise Rejection(str(exc)) from None
-
-    queue_id = _int_field(doc, "queueId", default=None, minimum=JAVA_INT_MIN)
-    if queue_id is not None and not 0 <= queue_id < queue_count:
-        raise Rejection(f"queueId {queue_id} is out of range for topic {topic!r} with {queue_count} queues")
-    if queue_id is None and keys:
-        queue_id = select_queue_by_hash(keys, queue_count)
-    if topic in options.compaction_topics and not split_keys(keys):
-        raise Rejection(f"topic {topic!r} has cleanup.policy COMPACTION and the message has no keys")
-
-    given_uniq = _str_field(doc, "uniqKey")
-    if given_uniq is not None:
-        _check_property_text("field 'uniqKey'", given_uniq)
-    uniq = given_uniq or uniq_key(
-        ip=born_host.address,
-        pid=file_hash32 >> 16,
-        class_loader_hash=file_hash32,
-        timestamp_ms=born_ts,
-        month_start_ms=month_start_millis(born_ts, options.timezone),
-        counter=source_line,
+    return LineFields(
+        topic=_str_field(doc, "topic"),
+        body=_str_field(doc, "body"),
+        body_encoding=_encoding_field(doc),
+        keys=_keys_field(doc),
+        tags=_str_field(doc, "tags"),
+        born_timestamp=_int_field(doc, "bornTimestamp"),
+        store_timestamp=_int_field(doc, "storeTimestamp"),
+        flag=_int_field(doc, "flag"),
+        reconsume_times=_int_field(doc, "reconsumeTimes"),
+        prepared_transaction_offset=_int_field(doc, "preparedTransactionOffset"),
+        transaction=_transaction_field(doc),
+        born_host=_str_field(doc, "bornHost"),
+        store_host=_str_field(doc, "storeHost"),
+        queue_id=_int_field(doc, "queueId"),
+        uniq_key=_str_field(doc, "uniqKey"),
+        properties=_properties_field(doc),
     )
-    entries = _user_properties(doc)
-    for name, value in ((KEYS, keys), (TAGS, tags), (UNIQ_KEY, uniq), (CLUSTER, options.cluster_name)):
-        if value:
-            entries.append((name, value))
-    ordered = hashmap_order(entries)
-    properties_bytes = serialize_properties(ordered)
-    if len(properties_bytes) > MAX_PROPERTIES_LENGTH:
-        raise Rejection(f"properties of {len(properties_bytes)} bytes exceed the maximum {MAX_PROPERTIES_LENGTH}")
 
-    sys_flag = TRANSACTION_TYPES[transaction]
-    if born_host.is_ipv6:
-        sys_flag |= _BORN_V6
-    if store_host.is_ipv6:
-        sys_flag |= _STORE_V6
-    magic = _magic_for_topic(topic)
-    size = record_size(
-        body_length=len(body),
-        topic_length=len(topic.encode("utf-8")),
-        properties_length=len(properties_bytes),
-        born_v6=born_host.is_ipv6,
-        store_v6=store_host.is_ipv6,
-        magic=magic,
-    )
-    if size > options.max_message_size + RECORD_OVERHEAD_ALLOWANCE:
-        limit = options.max_message_size + RECORD_OVERHEAD_ALLOWANCE
-        raise Rejection(f"record of {size} bytes exceeds store.max_message_size + 64 KiB ({limit})")
-    if size + END_FILE_MIN_BLANK_LENGTH > options.segment_size:
-        raise Rejection(
-            f"record of {size} bytes cannot fit a commitlog segment of {options.segment_size} bytes "
-            "(store.commitlog_segment_size)"
-        )
-    properties = dict(ordered)
-    return ParsedMessage(
-        topic=topic,
-        queue_id=queue_id,
-        flag=flag,
-        sys_flag=sys_flag,
-        magic=magic,
-        born_timestamp=born_ts,
-        born_host=born_host.text,
-        store_timestamp=store_ts,
-        store_host=store_host.text,
-        store_host_prefix=_msg_id_prefix(store_host),
-        reconsume_times=reconsume,
-        prepared_transaction_offset=prepared_offset,
-        body=body,
-        body_crc=body_crc(body),
-        properties=properties,
-        properties_bytes=properties_bytes,
-        keys=split_keys(keys),
-        tags=tags,
-        uniq_key=uniq,
-        total_size=size,
-    )
+
+def _int_field(doc: dict, name: str) -> int | None:
+    value = doc.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise Rejection(f"field '{name}' must be an integer, got {type(value).__name__} {value!r:.40}")
+    return value
+
+
+def _str_field(doc: dict, name: str) -> str | None:
+    value = doc.get(name)
+    if value is not None and not isinstance(value, str):
+        raise Rejection(f"field '{name}' must be a string, got {type(value).__name__}")
+    return value
+
+
+def _encoding_field(doc: dict) -> str | None:
+    value = doc.get("bodyEncoding")
+    if value is not None and value not in ("utf8", "utf-8", "base64"):
+        raise Rejection(f"field 'bodyEncoding' must be 'utf8' or 'base64', got {value!r}")
+    return value
+
+
+def _transaction_field(doc: dict) -> str | None:
+    value = doc.get("transaction")
+    if value is not None and (not isinstance(value, str) or value not in TRANSACTION_TYPES):
+        raise Rejection(f"field 'transaction' must be one of {', '.join(TRANSACTION_TYPES)}, got {value!r:.40}")
+    return value
+
+
+def _keys_field(doc: dict) -> str | list[str] | None:
+    value = doc.get("keys")
+    if isinstance(value, list):
+        for token in value:
+            if not isinstance(token, str):
+                raise Rejection(f"field 'keys' must be a string or a list of strings, found {type(token).__name__}")
+    elif value is not None and not isinstance(value, str):
+        raise Rejection(f"field 'keys' must be a string or a list of strings, got {type(value).__name__}")
+    return value
+
+
+def _properties_field(doc: dict) -> dict[str, str] | None:
+    value = doc.get("properties")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise Rejection(f"field 'properties' must be an object of strings, got {type(value).__name__}")
+    for name, text in value.items():
+        if not isinstance(text, str):
+            raise Rejection(f"property '{name}' must be a string, got {type(text).__name__}")
+    return value

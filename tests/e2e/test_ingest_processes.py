@@ -48,7 +48,7 @@ def test_runs_killed_during_the_write_before_and_after_the_ledger_commit_then_on
     """One lake, three killed runs in a row, then a normal run: it equals a clean run."""
     lake = tmp_path / "lake"
     staging = lake / "commitlog" / "_staging"
-    # 1. kill -9 of the whole process group while Spark writes Parquet
+    # 1. kill -9 of the whole process group while the commitlog files are written (after the parse's scratch files)
     process = subprocess.Popen(
         [str(BIN / "rmqlake"), *ingest_args(lake, landing)],
         cwd=REPO,
@@ -58,8 +58,9 @@ def test_runs_killed_during_the_write_before_and_after_the_ledger_commit_then_on
         start_new_session=True,
     )
     deadline = time.time() + 300
-    while not (staging.exists() and any(staging.iterdir())) and time.time() < deadline:
+    while not (staging.exists() and any(staging.glob("*/segment=*"))) and time.time() < deadline:
         time.sleep(0.05)
+    assert time.time() < deadline, "the run never started writing commitlog files"
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
     assert all(visible_rows(lake, name) == 0 for name in TABLES)

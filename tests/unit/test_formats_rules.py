@@ -10,7 +10,13 @@ from rmqlake.formats.consumequeue import cq_file_name, cq_position, decode_unit,
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.javahash import java_string_hash, select_queue_by_hash
 from rmqlake.formats.msgid import decode_offset_msg_id, uniq_key
-from rmqlake.formats.properties import hashmap_order, parse_properties, serialize_properties, split_keys
+from rmqlake.formats.properties import (
+    hashmap_order,
+    parse_properties,
+    properties_template,
+    serialize_properties,
+    split_keys,
+)
 from rmqlake.formats.record import CorruptRecordError, decode_record
 from rmqlake.formats.segment import place_records
 from tests.vectors import section
@@ -33,7 +39,16 @@ def test_property_order_is_the_jdk_hashmap_order(java_oracle, count):
             ("CLUSTER", "c"),
         ]
         pairs.append((pairs[0][0], "overwritten"))  # a later put of an existing name keeps its place
-        assert serialize_properties(hashmap_order(pairs)) == java_oracle.broker_properties(pairs)
+        ordered = hashmap_order(pairs)
+        assert serialize_properties(ordered) == java_oracle.broker_properties(pairs)
+        template = properties_template([name for name, _ in ordered])  # the ingest hot path
+        assert template.format(*[value for _, value in ordered]).encode() == java_oracle.broker_properties(pairs)
+
+
+def test_properties_template_keeps_braces_in_names_and_values():
+    pairs = [("a{0}", "v}"), ("{", "{1}"), ("}}", "x")]
+    template = properties_template([name for name, _ in pairs])
+    assert template.format(*[value for _, value in pairs]).encode() == serialize_properties(pairs)
 
 
 def test_string_hash_matches_the_jdk_on_random_text(java_oracle):

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from rmqlake.formats.consumequeue import tags_code
 from rmqlake.formats.crc import body_crc
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.javahash import index_key_hash, index_slot, java_string_hash, utf16_length
-from rmqlake.formats.msgid import decode_offset_msg_id, offset_msg_id
+from rmqlake.formats.msgid import (
+    decode_offset_msg_id,
+    offset_msg_id,
+    offset_msg_id_prefix,
+    offset_msg_ids_with_prefix,
+)
 from rmqlake.formats.properties import parse_properties, serialize_properties
 from rmqlake.formats.record import (
     BLANK_MAGIC,
@@ -82,6 +89,10 @@ def test_record_encoding_matches_message_ext_encoder(case):
     assert encoded.hex() == expected["record_hex"]
     assert body_crc(record.body) == expected["bodyCRC"]
     assert offset_msg_id(record.store_host, record.physical_offset) == expected["offsetMsgId"]
+    prefix = pa.array([offset_msg_id_prefix(record.store_host)])
+    assert offset_msg_ids_with_prefix(prefix, np.array([record.physical_offset])).to_pylist() == [
+        expected["offsetMsgId"]
+    ]
 
 
 @pytest.mark.parametrize("case", section("commitlog_records"), ids=lambda c: c["name"])

@@ -90,45 +90,20 @@ def test_placer_continues_round_robin_queue_offsets_and_rolls_across_batches():
     start = PartitionStart(physical_offset=900, rr_counters={"T": 3}, queue_offsets={("T", 1): 10})
     placer = PartitionPlacer(start, queue_counts={"T": 2}, default_queue_count=None, segment_size=1000)
 
-    def full(batch, prefix="0A00000500002A9F"):
+    def narrow(batch, lines):
         columns = {name: batch.column(name) for name in batch.schema.names}
-        n = batch.num_rows
-        for name in (
-            "segment",
-            "physical_offset",
-            "magic",
-            "body_crc",
-            "flag",
-            "queue_offset",
-            "born_timestamp",
-            "born_host",
-            "store_timestamp",
-            "store_host",
-            "reconsume_times",
-            "prepared_transaction_offset",
-            "body",
-            "properties",
-            "keys",
-            "tags",
-            "uniq_key",
-            "msg_id",
-            "source_file",
-            "source_line",
-            "properties_bytes",
-        ):
-            columns.setdefault(name, pa.nulls(n))
-        columns["store_host_prefix"] = pa.array([prefix] * n, pa.string())
+        columns["split"] = pa.array([7] * batch.num_rows, pa.int32())
+        columns["source_line"] = pa.array(lines, pa.int64())
         return pa.RecordBatch.from_pydict(columns)
 
-    first = placer.place(full(_batch(["T"], [None], [0], [50])))
-    second = placer.place(full(_batch(["T", "T"], [None, 1], [0, 4], [100, 100])))
+    first = placer.place(narrow(_batch(["T"], [None], [0], [50]), [1]))
+    second = placer.place(narrow(_batch(["T", "T"], [None, 1], [0, 4], [100, 100]), [2, 3]))
     assert first.column("queue_id").to_pylist() == [1] and first.column("queue_offset").to_pylist() == [10]
     assert first.column("physical_offset").to_pylist() == [900]
     assert second.column("queue_id").to_pylist() == [0, 1]
     assert second.column("queue_offset").to_pylist() == [0, 0]  # queue 0 was empty; PREPARED takes none
     assert second.column("physical_offset").to_pylist() == [1000, 1100]  # 950 + 100 + 8 > 1000: roll
-    assert second.column("segment").to_pylist() == ["00000000000000001000"] * 2
-    assert second.column("msg_id").to_pylist()[0] == "0A00000500002A9F00000000000003E8"
+    assert second.column("source_line").to_pylist() == [2, 3] and second.column("split").to_pylist() == [7, 7]
 
 
 def test_segments_seal_on_roll_and_merge_into_the_active_one():
@@ -188,3 +163,35 @@ def test_segments_seal_on_roll_and_merge_into_the_active_one():
     rows = update_segments(rows, more, segment_size=1000, end_offset=2400)
     assert rows[-1]["message_count"] == 3 and rows[-1]["first_store_timestamp"] == 8
     assert rows[-1]["last_store_timestamp"] == 11 and rows[-1]["size_bytes"] == 400
+
+
+def test_vectorised_queue_assignment_equals_the_broker_one_message_at_a_time():
+    """QueueAssigner (per batch, NumPy) against the rule applied message by message, over random batches."""
+    import random
+
+    from rmqlake.formats.record import consumes_queue_offset
+    from rmqlake.transforms.ingest import QueueAssigner
+
+    rng = random.Random(11)
+    queue_counts = {"A": 3, "B": 1, "C": 8}
+    rr = {"A": 5}
+    heads = {("A", 0): 7, ("C", 3): 2}
+    assigner = QueueAssigner(rr, heads, queue_counts=queue_counts, default_queue_count=None)
+    for _ in range(30):
+        count = rng.randint(0, 40)
+        topics = [rng.choice("ABC") for _ in range(count)]
+        queues = [None if rng.random() < 0.5 else rng.randrange(queue_counts[t]) for t in topics]
+        flags = [rng.choice([0, 4, 8, 12, 0x10 | 8]) for _ in range(count)]
+        batch = _batch(topics, queues, flags, [100] * count)
+        _, _, _, got_queues, got_offsets = assigner.assign(batch)
+        for i, (topic, queue, flag) in enumerate(zip(topics, queues, flags, strict=True)):
+            if queue is None:
+                turn = rr.get(topic, 0)
+                rr[topic] = turn + 1
+                queue = turn % queue_counts[topic]
+            offset = 0
+            if consumes_queue_offset(flag):
+                offset = heads.get((topic, queue), 0)
+                heads[(topic, queue)] = offset + 1
+            assert (got_queues[i], got_offsets[i]) == (queue, offset)
+    assert assigner.rr == rr and assigner.heads == heads

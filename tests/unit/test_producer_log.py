@@ -89,9 +89,10 @@ def test_record_that_cannot_fit_a_segment_is_rejected():
 def test_valid_line_gets_broker_fields():
     message = parse({**GOOD, "keys": ["k1", "k2"], "tags": "TagA", "properties": {"empty": "", "a": "1"}})
     assert message.keys == ["k1", "k2"]
-    assert message.properties["KEYS"] == "k1 k2"
-    assert message.properties["CLUSTER"] == "DefaultCluster"
-    assert "empty" not in message.properties  # the broker's parser drops empty values
+    properties = dict(message.properties)
+    assert properties["KEYS"] == "k1 k2"
+    assert properties["CLUSTER"] == "DefaultCluster"
+    assert "empty" not in properties  # the broker's parser drops empty values
     assert message.queue_id is not None  # chosen by the KEYS hash
     assert message.store_timestamp == message.born_timestamp
     assert message.store_host == "10.0.0.5:10911" and message.store_host_prefix == "0A00000500002A9F"
@@ -102,3 +103,62 @@ def test_valid_line_gets_broker_fields():
 def test_keyless_message_without_queue_is_left_for_round_robin():
     assert parse(GOOD).queue_id is None
     assert parse({**GOOD, "queueId": 3}).queue_id == 3
+
+
+# A line takes msgspec's typed route unless msgspec refuses it; the json route then decides. Either way the
+# outcome must be what the json route alone gives.
+EQUIVALENT_LINES = [
+    json.dumps({**GOOD, "keys": ["k1", "k2"], "tags": "T", "properties": {"a": "1", "b": "2"}}).encode(),
+    json.dumps({**GOOD, "extra": {"nested": [1, 2.5, None]}}).encode(),  # unknown field: json route, accepted
+    json.dumps({**GOOD, "body": 'quote " and \\ backslash'}).encode(),  # escaped body: json route
+    json.dumps({**GOOD, "body": "\u00e9t\u00e9 😀"}, ensure_ascii=False).encode(),  # plain multibyte body
+    json.dumps({**GOOD, "body": "\u00e9t\u00e9 😀"}).encode(),  # the same body escaped
+    json.dumps({**GOOD, "body": "aGVsbG8=", "bodyEncoding": "base64"}).encode(),
+    json.dumps({**GOOD, "body": "aGVsbG8", "bodyEncoding": "base64"}).encode(),  # bad base64
+    json.dumps({**GOOD, "body": None}).encode(),
+    b'{"topic": "Orders", "topic": "Profiles", "keys": "k", "body": "x", "bornTimestamp": 5}',  # last name wins
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": NaN}',  # json accepts NaN in an unknown field
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": "\xff"}',  # bad UTF-8 in a skipped field
+    b'{"topic": "Orders", "body": "\xe9", "bornTimestamp": 5}',  # bad UTF-8 in the body
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": "\\ud800"}',  # lone surrogate, unknown field
+    b'\xef\xbb\xbf{"topic": "Orders", "body": "x", "bornTimestamp": 5}',  # BOM
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5} ',
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5.0}',
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 99999999999999999999}',
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "queueId": 2, "flag": -3, "reconsumeTimes": 1}',
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "transaction": "PREPARED", "storeHost": "[::1]:1"}',
+]
+
+
+def _outcome(route, raw):
+    try:
+        return route(raw)
+    except Rejection as exc:
+        return f"rejected: {exc}"
+
+
+@pytest.mark.parametrize("raw", EQUIVALENT_LINES)
+def test_typed_route_and_json_route_agree(raw):
+    from rmqlake.producer_log import _fields_from_json, line_parser
+
+    parser = line_parser(OPTIONS)
+
+    def json_only(line):
+        fields = _fields_from_json(line)
+        body = None if fields.body is None else fields.body.encode("utf-8")
+        return parser._message(fields, body, 7, 0x12345678)
+
+    def both(line):
+        return parse(line)
+
+    assert _outcome(both, raw) == _outcome(json_only, raw)
+
+
+def test_plain_lines_take_the_typed_route():
+    from rmqlake.producer_log import _decode_typed, _plain_string
+
+    fields = _decode_typed(EQUIVALENT_LINES[0])
+    assert fields is not None and _plain_string(fields.body) == b"hello"
+    assert _plain_string(_decode_typed(EQUIVALENT_LINES[3]).body) == "\u00e9t\u00e9 😀".encode()
+    assert _decode_typed(EQUIVALENT_LINES[1]) is None  # unknown field
+    assert _plain_string(_decode_typed(EQUIVALENT_LINES[2]).body) is None  # escapes

@@ -7,6 +7,10 @@ from datetime import datetime
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from rmqlake.formats.hosts import HostAddress
 from rmqlake.formats.javahash import to_int32
 
@@ -30,6 +34,18 @@ def offset_msg_id(store_host: HostAddress, physical_offset: int) -> str:
 def offset_msg_id_with_prefix(prefix: str, physical_offset: int) -> str:
     """offsetMsgId from a precomputed ``offset_msg_id_prefix`` (hot path: one per message)."""
     return f"{prefix}{physical_offset & 0xFFFFFFFFFFFFFFFF:016X}"
+
+
+def offset_msg_ids_with_prefix(prefixes: pa.Array, physical_offsets: np.ndarray) -> pa.Array:
+    """``offset_msg_id_with_prefix`` over arrays: Arrow strings of prefixes, NumPy int64 offsets."""
+    count = len(physical_offsets)
+    digits = _HEX_PAIRS[np.ascontiguousarray(physical_offsets, dtype=">i8").view(np.uint8)].reshape(count, 16)
+    offsets = pa.py_buffer(np.arange(0, 16 * count + 1, 16, dtype=np.int32))
+    hex_text = pa.Array.from_buffers(pa.string(), count, [None, offsets, pa.py_buffer(digits.tobytes())])
+    return pc.binary_join_element_wise(prefixes, hex_text, "")
+
+
+_HEX_PAIRS = np.array([list(f"{byte:02X}".encode()) for byte in range(256)], dtype=np.uint8)
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[HostAddress, int]:
@@ -75,11 +91,22 @@ def uniq_key(
     of the month (int, wraps like Java's cast; small negatives clamp to 0)
     + counter (low 16 bits), as upper-case hex.
     """
+    return uniq_key_prefix(ip=ip, pid=pid, class_loader_hash=class_loader_hash) + uniq_key_tail(
+        timestamp_ms=timestamp_ms, month_start_ms=month_start_ms, counter=counter
+    )
+
+
+def uniq_key_prefix(*, ip: bytes, pid: int, class_loader_hash: int) -> str:
+    """The part of a UNIQ_KEY fixed per process: ip + pid + class-loader hash, upper-case hex."""
+    return (ip + struct.pack(">hi", to_int16(pid), to_int32(class_loader_hash))).hex().upper()
+
+
+def uniq_key_tail(*, timestamp_ms: int, month_start_ms: int, counter: int) -> str:
+    """The per-message part of a UNIQ_KEY: ms since the month start (int) + counter (short), upper-case hex."""
     diff = to_int32(timestamp_ms - month_start_ms)
     if -1_000_000 < diff < 0:
         diff = 0
-    tail = struct.pack(">hii", to_int16(pid), to_int32(class_loader_hash), diff) + struct.pack(">h", to_int16(counter))
-    return (ip + tail).hex().upper()
+    return f"{diff & 0xFFFFFFFF:08X}{counter & 0xFFFF:04X}"
 
 
 def to_int16(value: int) -> int:

@@ -76,6 +76,14 @@ def serialize_properties(pairs: Iterable[tuple[str, str]]) -> bytes:
     return "".join(parts).encode("utf-8")
 
 
+def properties_template(names: Iterable[str]) -> str:
+    """A ``str.format`` template that serialises values for ``names``, in this order, as
+    ``serialize_properties`` does: ``template.format(*values)`` (hot path: one template per name set)."""
+    return "".join(
+        f"{name.replace('{', '{{').replace('}', '}}')}{NAME_VALUE_SEPARATOR}{{}}{PROPERTY_SEPARATOR}" for name in names
+    )
+
+
 def broker_properties(
     user_properties: Mapping[str, str] | Iterable[tuple[str, str]],
     *,

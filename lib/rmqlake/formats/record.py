@@ -92,6 +92,12 @@ def consumes_queue_offset(sys_flag: int) -> bool:
     return transaction_type(sys_flag) in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 
 
+def consumes_queue_offsets(sys_flags):
+    """``consumes_queue_offset`` element-wise over a NumPy array of sysFlags (a boolean array)."""
+    kind = sys_flags & TRANSACTION_TYPE_MASK
+    return (kind == TRANSACTION_NOT_TYPE) | (kind == TRANSACTION_COMMIT_TYPE)
+
+
 def sys_flag_with_hosts(sys_flag: int, *, born_host: HostAddress, store_host: HostAddress) -> int:
     """Set the two IPv6 bits from the address types, as the broker does."""
     flag = sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)

@@ -409,6 +409,10 @@ class LakeRun:
     def staging_uri(self, table: str) -> str:
         return self.lake.storage.uri(table, STAGING_DIR, self.run_id)
 
+    def staging_dir(self, table: str) -> str:
+        """This run's staging folder of ``table``, relative to the lake root (for writers using the lake storage)."""
+        return f"{table}/{STAGING_DIR}/{self.run_id}"
+
     def op(self, table: str, *, mode: Literal["append", "overwrite"] = "append") -> TableOp:
         if table not in self.ops:
             self.ops[table] = TableOp(table=table, mode=mode)
@@ -419,13 +423,16 @@ class LakeRun:
     def collect_staged(self, table: str, *, mode: Literal["append", "overwrite"] = "append") -> list[DataFile]:
         """Register every Parquet file under this run's staging folder of ``table`` for commit.
 
-        Statistics come from the Parquet footers (no data is read).
+        Statistics come from the Parquet footers (no data is read). Files and
+        folders whose name starts with ``_`` or ``.`` are hidden, as Spark
+        hides them: temporary files, a job's scratch files.
         """
-        staging = f"{table}/{STAGING_DIR}/{self.run_id}"
+        staging = self.staging_dir(table)
         spec = table_spec(table).partition_by  # other folder levels group files, they are not partitions
         files = []
         for entry in self.lake.storage.list_files(staging):
-            if not entry.path.endswith(".parquet") or entry.path.rsplit("/", 1)[-1].startswith(("_", ".")):
+            hidden = any(part.startswith(("_", ".")) for part in entry.path.split("/"))
+            if hidden or not entry.path.endswith(".parquet"):
                 continue
             metadata = pq.read_metadata(
                 self.lake.storage.file_path(f"{staging}/{entry.path}"), filesystem=self.lake.storage.fs

@@ -9,26 +9,24 @@ import time
 from datetime import UTC, datetime
 
 import pyarrow as pa
-from pyspark.sql import functions as F
+import pyarrow.parquet as pq
 
 from rmqlake.config import Settings
 from rmqlake.errors import RefusedError, UsageError
 from rmqlake.inputs import (
     Fingerprint,
     InputFile,
-    Split,
     count_split_lines,
     fingerprint,
     plan_splits,
-    read_split_batches,
     resolve_inputs,
 )
 from rmqlake.lake import Lake, LakeRun, run_with_retries
-from rmqlake.lake.spark_io import stage_dataframe
 from rmqlake.producer_log import ParseOptions
 from rmqlake.progress import Stages
+from rmqlake.timeutil import epoch_ms
 from rmqlake.transforms import ingest as T
-from rmqlake.transforms.segments import segment_aggregates, update_segments
+from rmqlake.transforms.segments import update_segments
 
 log = logging.getLogger(__name__)
 # Small row groups: a lookup by physical offset reads one row group per message, not a whole file.
@@ -159,32 +157,45 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     heads = {(t, int(q)): n for t, queues in state.get("queue_heads", {}).items() for q, n in queues.items()}
     rr_counters = dict(state.get("rr_counters", {}))
 
+    target = T.IngestTarget(
+        lake_root=lake.root,
+        storage_options=dict(settings.lake.storage_options),
+        scratch_dir=f"{run.staging_dir('commitlog')}/_scratch",
+        commitlog_dir=run.staging_dir("commitlog"),
+        rejected_dir=run.staging_dir("rejected"),
+        run_id=run.run_id,
+        batch_id=batch_id,
+        rejected_at_us=epoch_ms(now) * 1000,
+    )
+
     stages = Stages(log)
-    # 1. read and parse
+    # 1. read and parse: messages and their narrow rows to scratch files, rejected lines to staging
     with stages("read and parse") as note:
-        parsed = _read_and_parse(spark, new, split_bytes=settings.ingest.split_bytes, options=options).persist()
-        per_file = _per_file_counts(parsed)
+        tasks = _split_tasks(spark, new, split_bytes=settings.ingest.split_bytes)
+        per_file = _parse_splits(spark, tasks, options=options, target=target)
         rows_in = sum(r["lines"] for r in per_file.values())
         rejected_count = sum(r["rejected"] for r in per_file.values())
         note.update(rows=rows_in, messages=rows_in - rejected_count, rejected=rejected_count, files=len(new))
     if rejected_count:
-        with stages("stage rejected"):
-            _log_rejects(parsed, limit=settings.ingest.log_rejects)
-            stage_dataframe(run, T.rejected_lines(parsed, batch_id=batch_id, rejected_at=now), "rejected")
+        rejected_files = run.collect_staged("rejected", mode="append")
+        _log_rejects(lake, run, rejected_files, limit=settings.ingest.log_rejects)
 
-    # 2-4. order, count, plan
+    # 2-4. order, count, plan (narrow rows only)
     messages = rows_in - rejected_count
     partitions = settings.ingest.sort_partitions or max(
         settings.spark.shuffle_partitions, math.ceil(sum(f.size for f in new) / (128 * 1024 * 1024))
     )
     queue_counts, default_count = options.queue_counts, options.default_queue_count
-    with stages("sort into append order") as note:
-        ordered = T.order_for_append(T.valid_messages(parsed), partitions=partitions).persist()
-        stats = T.partition_stats(ordered, queue_counts=queue_counts, default_queue_count=default_count).collect()
-        parsed.unpersist()
-        note.update(rows=messages, partitions=partitions)
+    stats = []  # a batch of rejected lines only places nothing
+    if messages:
+        with stages("sort into append order") as note:
+            ordered = T.order_for_append(_read_narrow(spark, lake, target), partitions=partitions)
+            stats = T.partition_stats(
+                ordered, queue_counts=queue_counts, default_queue_count=default_count, target=target
+            ).collect()
+            note.update(rows=messages, partitions=partitions)
     with stages("plan offsets") as note:
-        plan = _plan(spark, ordered, stats, settings, start_offset, heads, rr_counters, options)
+        plan = _plan(spark, target, stats, settings, start_offset, heads, rr_counters, options, partitions)
         note.update(partitions_replayed=plan.partitions_replayed)
     if plan.messages != messages:
         raise AssertionError(f"placement plan counts {plan.messages} messages, parsing found {messages}")
@@ -195,27 +206,26 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     batch_segments: list[dict] = []
     if messages:
         with stages("place and write commitlog") as note:
-            placed = T.place_messages(
-                ordered,
+            written = _place_and_write(
+                spark,
+                partitions=partitions,
                 plan=plan,
-                queue_counts=queue_counts,
-                default_queue_count=default_count,
+                options=options,
                 segment_size=store.commitlog_segment_size,
+                tasks=tasks,
+                target=target,
             )
-            commitlog_files = stage_dataframe(
-                run,
-                placed.withColumn("batch_id", F.lit(batch_id)),
-                "commitlog",
-                options={"parquet.block.size": str(COMMITLOG_ROW_GROUP_BYTES)},
-            )
-            batch_segments = _segment_aggregates(spark, run)
+            commitlog_files = run.collect_staged("commitlog", mode="append")
+            if sum(f.num_records for f in commitlog_files) != messages:
+                raise AssertionError("the staged commitlog files do not hold every message of the batch")
+            batch_segments = T.merge_segment_aggregates(written)
             note.update(
                 rows=messages,
                 offsets=f"{start_offset}..{plan.end_offset}",
                 segments=len(batch_segments),
                 files=len(commitlog_files),
             )
-    ordered.unpersist()
+    lake.storage.delete_dir(target.scratch_dir)
     new_segments = update_segments(
         segment_rows, batch_segments, segment_size=store.commitlog_segment_size, end_offset=plan.end_offset
     )
@@ -288,29 +298,21 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     return metrics
 
 
-def _per_file_counts(parsed) -> dict[str, dict]:
-    """Lines and rejected lines per input file (one small row per file)."""
-    counts = parsed.groupBy("source_file").agg(
-        F.count(F.lit(1)).alias("lines"), F.count("reject_reason").alias("rejected")
-    )
-    return {row["source_file"]: row.asDict() for row in counts.collect()}
-
-
-def _plan(spark, ordered, stats, settings: Settings, start_offset, heads, rr_counters, options) -> T.AppendPlan:
-    """Per-partition starting values; partitions crossing a segment end are replayed one job each."""
+def _plan(spark, target, stats, settings: Settings, start_offset, heads, rr_counters, options, partitions):
+    """Per-partition starting values; partitions crossing a segment end are replayed, one task each."""
     segment_size = settings.store.commitlog_segment_size
-    sizes = ordered.select("total_size").rdd
 
     def replay(partition: int, start: int) -> int:
-        return spark.sparkContext.runJob(
-            sizes,
-            lambda rows: [T.replay_end_offset((r[0] for r in rows), start_offset=start, segment_size=segment_size)],
-            partitions=[partition],
-        )[0]
+        def end_offset(index: int) -> int:
+            batches = T.read_ordered(target, index)
+            sizes = (size for batch in batches for size in batch.column("total_size").to_numpy())
+            return T.replay_end_offset(sizes, start_offset=start, segment_size=segment_size)
+
+        return spark.sparkContext.parallelize([partition], 1).map(end_offset).collect()[0]
 
     return T.plan_append(
         stats,
-        partitions=sizes.getNumPartitions(),
+        partitions=partitions,
         start_offset=start_offset,
         queue_heads=heads,
         rr_counters=rr_counters,
@@ -321,59 +323,100 @@ def _plan(spark, ordered, stats, settings: Settings, start_offset, heads, rr_cou
     )
 
 
-def _read_and_parse(spark, files: list[Fingerprint], *, split_bytes: int, options: ParseOptions):
-    """Parsed input lines (``transforms.ingest.PARSED_DDL``): one task per split, exact line numbers.
-
-    Reading and parsing happen in the same Python task, so raw lines never
-    travel to the JVM and back.
-    """
+def _split_tasks(spark, files: list[Fingerprint], *, split_bytes: int) -> list[T.SplitTask]:
+    """The splits to parse, each with its first line number (a counting pass only for files cut in several)."""
     splits = plan_splits(files, split_bytes=split_bytes)
-    first_line = {}
     multi = [s for s in splits if sum(1 for o in splits if o.path == s.path) > 1]
     counts = {}
-    if multi:  # first pass only for files read in several splits
+    if multi:
         counted = spark.sparkContext.parallelize(multi, len(multi)).map(lambda s: (s, count_split_lines(s))).collect()
         counts = dict(counted)
-    running: dict[str, int] = {}
-    for split in splits:
-        first_line[split] = running.get(split.path, 1)
-        running[split.path] = first_line[split] + counts.get(split, 0)
+    ranks = {path: rank for rank, path in enumerate(sorted({f.path for f in files}))}
     hashes = {f.path: f.hash32 for f in files}
-    descriptors = [
-        (i, s.path, s.start, s.end, s.compressed, s.sha256, first_line[s], hashes[s.path]) for i, s in enumerate(splits)
-    ]
+    running: dict[str, int] = {}
+    tasks = []
+    for index, split in enumerate(splits):
+        first_line = running.get(split.path, 1)
+        running[split.path] = first_line + counts.get(split, 0)
+        tasks.append(
+            T.SplitTask(
+                index=index,
+                file_rank=ranks[split.path],
+                path=split.path,
+                start=split.start,
+                end=split.end,
+                compressed=split.compressed,
+                sha256=split.sha256,
+                first_line=first_line,
+                hash32=hashes[split.path],
+            )
+        )
     log.info("reading %d files in %d splits", len(files), len(splits))
-    frame = spark.createDataFrame(
-        descriptors,
-        "split int, path string, start bigint, end bigint, compressed boolean, sha256 string, "
-        "first_line bigint, hash32 bigint",
-    ).repartition(len(descriptors), "split")
+    return tasks
 
-    def read_and_parse(batches):
+
+def _parse_splits(spark, tasks: list[T.SplitTask], *, options: ParseOptions, target: T.IngestTarget) -> dict:
+    """One task per split (``transforms.ingest.parse_split``); lines and rejected lines per input file."""
+    # spark.range with as many partitions as splits: exactly one split per task (hashing would pile some up).
+    frame = spark.range(0, len(tasks), 1, len(tasks))
+    by_index = {task.index: task for task in tasks}
+
+    def parse(batches):
         for batch in batches:
-            for row in batch.to_pylist():
-                split = Split(row["path"], row["start"], row["end"], row["compressed"], row["sha256"])
-                for lines in read_split_batches(split, first_line=row["first_line"], hash32=row["hash32"]):
-                    yield T.parse_batch(lines, options=options)
+            for index in batch.column("id").to_pylist():
+                yield T.parse_split(by_index[index], options=options, target=target)
 
-    return frame.mapInArrow(read_and_parse, T.PARSED_DDL)
-
-
-def _log_rejects(parsed, *, limit: int) -> None:
-    if limit <= 0:
-        return
-    for row in (
-        parsed.filter("reject_reason IS NOT NULL")
-        .select("source_file", "source_line", "reject_reason")
-        .limit(limit)
-        .collect()
-    ):
-        log.warning("rejected %s:%d: %s", row["source_file"], row["source_line"], row["reject_reason"])
+    per_file: dict[str, dict] = {}
+    for row in frame.mapInArrow(parse, T.PARSED_COUNTS_DDL).collect():
+        totals = per_file.setdefault(by_index[row["split"]].path, {"lines": 0, "rejected": 0})
+        totals["lines"] += row["lines"]
+        totals["rejected"] += row["rejected"]
+    return per_file
 
 
-def _segment_aggregates(spark, run: LakeRun) -> list[dict]:
-    """Per segment written by this run: count, end of data, first and last store time (by offset)."""
-    return segment_aggregates(spark.read.parquet(run.staging_uri("commitlog")))
+def _read_narrow(spark, lake: Lake, target: T.IngestTarget):
+    """The narrow rows the parse wrote (Spark reads only these small files)."""
+    schema = ", ".join(f"{field.name} {_DDL_TYPES[field.type]}" for field in T.NARROW_SCHEMA)
+    return spark.read.schema(schema).parquet(lake.storage.uri(target.narrow_dir))
+
+
+_DDL_TYPES = {pa.int32(): "int", pa.int64(): "bigint", pa.string(): "string"}
+
+
+def _place_and_write(spark, *, partitions: int, plan: T.AppendPlan, options, segment_size: int, tasks, target):
+    """Run ``transforms.ingest.write_partition`` on every partition, one task each; one row per file written."""
+    starts = plan.starts
+    files = {task.index: task.path for task in tasks}
+    queue_counts, default_count = options.queue_counts, options.default_queue_count
+
+    def write(partition: int) -> list[dict]:
+        batches = T.write_partition(
+            T.read_ordered(target, partition),
+            partition=partition,
+            start=starts[partition],
+            queue_counts=queue_counts,
+            default_queue_count=default_count,
+            segment_size=segment_size,
+            files=files,
+            target=target,
+            row_group_bytes=COMMITLOG_ROW_GROUP_BYTES,
+        )
+        return [row for batch in batches for row in batch.to_pylist()]
+
+    return spark.sparkContext.parallelize(range(partitions), partitions).flatMap(write).collect()
+
+
+def _log_rejects(lake: Lake, run: LakeRun, files, *, limit: int) -> None:
+    """Quote the first ``limit`` rejected lines in the log (all of them are in the ``rejected`` table)."""
+    quoted = 0
+    for data_file in files:
+        if quoted >= limit:
+            return
+        path = lake.storage.file_path(f"{run.staging_dir('rejected')}/{data_file.path}")
+        table = pq.read_table(path, filesystem=lake.storage.fs, columns=["source_file", "source_line", "reason"])
+        for row in table.slice(0, limit - quoted).to_pylist():
+            log.warning("rejected %s:%d: %s", row["source_file"], row["source_line"], row["reason"])
+            quoted += 1
 
 
 def _segments_schema() -> pa.Schema:

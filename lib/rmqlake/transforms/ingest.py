@@ -1,11 +1,17 @@
 """Ingest: producer log lines → CommitLog rows, placed exactly as a broker appends them.
 
 The broker appends one message at a time; here the same sequential rules are
-computed in parallel (DESIGN "Algorithms that must scale"):
+computed in parallel (DESIGN "Algorithms that must scale"). Message bodies
+never cross a shuffle, nor go from Python to the JVM: only a narrow row per
+line (its position, order key, topic, queue, sysFlag and size) does.
 
-1. ``parse_batch``: each line → record fields or a reject reason.
-2. ``order_for_append``: range-partition and sort by the append order
-   (storeTimestamp, source file, line), so partition i precedes i+1.
+1. ``parse_split`` (a task per input split): each line → record fields or a
+   reject reason. The split's messages go to a scratch Parquet file in the
+   run's staging folder, its rejected lines to the ``rejected`` table's
+   staging folder; the task returns the narrow rows.
+2. ``order_for_append``: range-partition and sort the narrow rows by the
+   append order (storeTimestamp, source file, line), so partition i precedes
+   i+1.
 3. ``partition_stats``: per partition, message count and bytes, round-robin
    counts per topic and offset-consuming counts per queue. A few numbers
    per partition and queue, collected by the caller.
@@ -13,29 +19,40 @@ computed in parallel (DESIGN "Algorithms that must scale"):
    queue offsets, round-robin counters and physical offset. Only a partition
    that crosses a segment end is replayed (by a one-partition job the caller
    supplies) to learn where it ends.
-5. ``place_messages``: each partition replays its own rolls from its start.
+5. ``write_partition`` (a task per partition): replays the partition's own
+   rolls and queue offsets from its start, fetches its messages from the
+   scratch files (the row groups holding its lines), and writes them in
+   offset order as the commitlog's Parquet files, one per segment touched.
 """
 
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
+import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from rmqlake.formats.msgid import offset_msg_id_with_prefix
-from rmqlake.formats.record import consumes_queue_offset
+from rmqlake.formats.msgid import offset_msg_ids_with_prefix
+from rmqlake.formats.record import consumes_queue_offsets
 from rmqlake.formats.segment import next_segment_start, place_records, segment_file_name, segment_start
-from rmqlake.producer_log import ParseOptions, Rejection, parse_line
+from rmqlake.inputs import Split, iter_split_line_blocks
+from rmqlake.lake.storage import Storage
+from rmqlake.lake.tables import COMMITLOG, REJECTED
+from rmqlake.producer_log import ParseOptions, Rejection, line_parser
 
 log = logging.getLogger(__name__)
 
-APPEND_ORDER = ("store_timestamp", "source_file", "source_line")
+# file_rank: the input file's position in path order, so ordering by it orders by path.
+APPEND_ORDER = ("store_timestamp", "file_rank", "source_line")
 
 _MESSAGE_FIELDS = [
     ("topic", pa.string()),
@@ -68,38 +85,34 @@ PARSED_SCHEMA = pa.schema(
         *_MESSAGE_FIELDS,
     ]
 )
-PARSED_DDL = """source_file string, source_line bigint, raw string, reject_reason string, topic string,
-    queue_id int, flag int, sys_flag int, magic int, born_timestamp bigint, born_host string,
-    store_timestamp bigint, store_host string, store_host_prefix string, reconsume_times int,
-    prepared_transaction_offset bigint, body binary, body_crc int, properties map<string,string>,
-    properties_bytes binary, keys array<string>, tags string, uniq_key string, total_size int"""
 _MESSAGE_NAMES = [name for name, _ in _MESSAGE_FIELDS]
 
 
 _NO_MESSAGE = (None,) * len(_MESSAGE_FIELDS)
-_PROPERTIES_INDEX = _MESSAGE_NAMES.index("properties")
 
 
-def parse_batch(batch: pa.RecordBatch, *, options: ParseOptions) -> pa.RecordBatch:
-    """Parse one Arrow batch of lines (source_file, source_line, file_hash32, raw)."""
-    return parse_raw_lines(
-        batch.column("source_file").to_pylist(),
-        batch.column("source_line").to_pylist(),
-        batch.column("file_hash32").to_pylist(),
-        batch.column("raw").to_pylist(),
-        options=options,
-    )
-
-
-def parse_raw_lines(files: list, numbers: list, hashes: list, raws: list, *, options: ParseOptions) -> pa.RecordBatch:
-    """Parse lines given as parallel lists into one Arrow batch of ``PARSED_SCHEMA``."""
+def parse_lines(
+    lines: list[bytes],
+    *,
+    source_file: str,
+    first_line: int,
+    file_hash32: int,
+    options: ParseOptions,
+) -> pa.RecordBatch:
+    """Parse consecutive lines of one file into one Arrow batch of ``PARSED_SCHEMA``."""
+    count = len(lines)
+    numbers = range(first_line, first_line + count)
     texts, reasons, rows = [], [], []
     with _gc_paused():
-        _parse_into(numbers, hashes, raws, options, texts, reasons, rows)
+        _parse_into(numbers, file_hash32, lines, line_parser(options), texts, reasons, rows)
+        return _parsed_batch(source_file, numbers, texts, reasons, rows)
+
+
+def _parsed_batch(source_file: str, numbers: range, texts: list, reasons: list, rows: list) -> pa.RecordBatch:
+    count = len(numbers)
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in _MESSAGE_FIELDS]
-    columns[_PROPERTIES_INDEX] = [None if p is None else list(p.items()) for p in columns[_PROPERTIES_INDEX]]
     arrays = [
-        pa.array(files, pa.string()),
+        pa.array([source_file] * count, pa.string()),
         pa.array(numbers, pa.int64()),
         pa.array(texts, pa.string()),
         pa.array(reasons, pa.string()),
@@ -108,10 +121,11 @@ def parse_raw_lines(files: list, numbers: list, hashes: list, raws: list, *, opt
     return pa.RecordBatch.from_arrays(arrays, schema=PARSED_SCHEMA)
 
 
-def _parse_into(numbers, hashes, raws, options, texts, reasons, rows) -> None:
-    for source_line, hash32, raw in zip(numbers, hashes, raws, strict=True):
+def _parse_into(numbers, hash32, raws, parser, texts, reasons, rows) -> None:
+    parse = parser.parse
+    for source_line, raw in zip(numbers, raws, strict=True):
         try:
-            message = parse_line(raw, options=options, source_line=source_line, file_hash32=hash32)
+            message = parse(raw, source_line=source_line, file_hash32=hash32)
         except Rejection as exc:
             texts.append(raw.decode("utf-8", "replace"))
             reasons.append(str(exc))
@@ -122,9 +136,29 @@ def _parse_into(numbers, hashes, raws, options, texts, reasons, rows) -> None:
         rows.append(message)
 
 
+def use_task_memory_pool() -> None:
+    """Use jemalloc for Arrow buffers in this (worker) process, where the build has it.
+
+    Each write task allocates a few hundred MB of Arrow buffers and frees
+    them at the end; pyarrow's default mimalloc pool hands the pages back
+    and pays the page faults again in the next task (2-3x slower on the
+    first pass in measurements here), jemalloc keeps them.
+    """
+    global _POOL_SET
+    if _POOL_SET:
+        return
+    _POOL_SET = True
+    with suppress(NotImplementedError):
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+
+
+_POOL_SET = False
+
+
 @contextmanager
 def _gc_paused():
-    """Parsing allocates many short-lived objects and no cycles; the cycle collector only costs time here."""
+    """Parsing allocates many short-lived objects and no cycles: the cycle collector would only cost time (a
+    third of the parse when it runs while a batch's rows are alive). They are freed by reference counting."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -134,28 +168,205 @@ def _gc_paused():
             gc.enable()
 
 
-def valid_messages(parsed):
-    """The parsed rows that became messages."""
-    return parsed.filter("reject_reason IS NULL").drop("raw", "reject_reason")
+# -- step 1: a task per split -----------------------------------------------------------------
+
+# The narrow row of a message: what ordering, counting and placing it needs.
+NARROW_SCHEMA = pa.schema(
+    [
+        ("split", pa.int32()),
+        ("file_rank", pa.int32()),
+        ("source_line", pa.int64()),
+        ("store_timestamp", pa.int64()),
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("sys_flag", pa.int32()),
+        ("total_size", pa.int32()),
+    ]
+)
+PARSED_COUNTS_DDL = "split int, lines bigint, rejected bigint"
+# A split's messages as kept between the parse and the write: everything but the file (one per split) and
+# the raw text (only rejected lines keep it).
+SCRATCH_COLUMNS = ["source_line", *_MESSAGE_NAMES]
+SCRATCH_ROW_GROUP_ROWS = 2048  # the write task reads whole row groups: small ones waste little at its edges
 
 
-def rejected_lines(parsed, *, batch_id: str, rejected_at):
-    """The parsed rows that did not become messages, as ``rejected`` table rows."""
-    from pyspark.sql import functions as F
+@dataclass(frozen=True)
+class SplitTask:
+    """One split to parse, with what its task writes: its scratch file and its rejected lines' file."""
 
-    return parsed.filter("reject_reason IS NOT NULL").select(
-        F.lit(batch_id).alias("batch_id"),
-        "source_file",
-        "source_line",
-        "raw",
-        F.col("reject_reason").alias("reason"),
-        F.lit(rejected_at).cast("timestamp").alias("rejected_at"),
+    index: int
+    file_rank: int
+    path: str
+    start: int
+    end: int
+    compressed: bool
+    sha256: str
+    first_line: int
+    hash32: int
+
+    @property
+    def split(self) -> Split:
+        return Split(self.path, self.start, self.end, self.compressed, self.sha256)
+
+
+@dataclass(frozen=True)
+class IngestTarget:
+    """Where a run's tasks write (relative to the lake root) and the values every written row shares."""
+
+    lake_root: str
+    storage_options: dict
+    scratch_dir: str  # <commitlog staging>/_scratch: hidden from the staged files that are committed
+    commitlog_dir: str  # the commitlog's staging folder of the run
+    rejected_dir: str  # the rejected table's staging folder of the run
+    run_id: str
+    batch_id: str
+    rejected_at_us: int  # epoch microseconds
+
+    def storage(self) -> Storage:
+        return Storage(self.lake_root, self.storage_options)
+
+    def scratch_file(self, split: int) -> str:
+        return f"{self.scratch_dir}/messages/split-{split:06d}.parquet"
+
+    def narrow_file(self, split: int) -> str:
+        return f"{self.scratch_dir}/narrow/split-{split:06d}.parquet"
+
+    @property
+    def narrow_dir(self) -> str:
+        return f"{self.scratch_dir}/narrow"
+
+    def ordered_file(self, partition: int) -> str:
+        return f"{self.scratch_dir}/ordered/part-{partition:06d}.parquet"
+
+
+def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget) -> pa.RecordBatch:
+    """Parse one split into its three files; return its counts (one ``PARSED_COUNTS_DDL`` row).
+
+    * scratch: the messages (``SCRATCH_COLUMNS``), for the write step;
+    * narrow: one ``NARROW_SCHEMA`` row per message, for ordering and placing;
+    * ``rejected`` staging: the lines that are not messages, with their reasons.
+
+    Spark reads only the narrow files: message bodies never enter the JVM.
+    Files appear under their final names when complete, so a retried task
+    replaces them and a killed one leaves only hidden temporary files.
+    """
+    use_task_memory_pool()
+    storage = target.storage()
+    # Uncompressed: the files are read once, soon, by this run; statistics only where row groups are chosen.
+    scratch = _AtomicParquet(
+        storage,
+        target.scratch_file(task.index),
+        row_group_size=SCRATCH_ROW_GROUP_ROWS,
+        compression="none",
+        write_statistics=["source_line"],
+    )
+    narrow = _AtomicParquet(
+        storage, target.narrow_file(task.index), row_group_size=1 << 20, compression="none", write_statistics=False
+    )
+    rejected: list[pa.RecordBatch] = []
+    first_line = task.first_line
+    for lines in iter_split_line_blocks(task.split):
+        parsed = parse_lines(
+            lines,
+            source_file=task.path,
+            first_line=first_line,
+            file_hash32=task.hash32,
+            options=options,
+        )
+        first_line += len(lines)
+        is_rejected = pc.is_valid(parsed.column("reject_reason"))
+        valid = parsed.filter(pc.invert(is_rejected))
+        if valid.num_rows:
+            scratch.write(valid.select(SCRATCH_COLUMNS))
+            narrow.write(_narrow_rows(valid, task))
+        if parsed.num_rows != valid.num_rows:
+            rejected.append(parsed.filter(is_rejected).select(["source_file", "source_line", "raw", "reject_reason"]))
+    scratch.close()
+    narrow.close()
+    if rejected:
+        _write_rejected(storage, target, task.index, rejected)
+    return pa.RecordBatch.from_pydict(
+        {
+            "split": [task.index],
+            "lines": [first_line - task.first_line],
+            "rejected": [sum(piece.num_rows for piece in rejected)],
+        },
+        schema=pa.schema([("split", pa.int32()), ("lines", pa.int64()), ("rejected", pa.int64())]),
     )
 
 
-def order_for_append(messages, *, partitions: int):
-    """Range-partition and sort by the append order, so partition order is log order."""
-    return messages.repartitionByRange(partitions, *APPEND_ORDER).sortWithinPartitions(*APPEND_ORDER)
+def _narrow_rows(parsed: pa.RecordBatch, task: SplitTask) -> pa.RecordBatch:
+    count = parsed.num_rows
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(np.full(count, task.index, np.int32)),
+            pa.array(np.full(count, task.file_rank, np.int32)),
+            parsed.column("source_line"),
+            parsed.column("store_timestamp"),
+            parsed.column("topic"),
+            parsed.column("queue_id"),
+            parsed.column("sys_flag"),
+            parsed.column("total_size"),
+        ],
+        schema=NARROW_SCHEMA,
+    )
+
+
+def _write_rejected(storage: Storage, target: IngestTarget, split: int, pieces: list[pa.RecordBatch]) -> None:
+    lines = pa.Table.from_batches(pieces)
+    count = lines.num_rows
+    table = pa.Table.from_arrays(
+        [
+            pa.array([target.batch_id] * count, pa.string()),
+            lines.column("source_file"),
+            lines.column("source_line"),
+            lines.column("raw"),
+            lines.column("reject_reason"),
+            pa.array(np.full(count, target.rejected_at_us, np.int64)).cast(pa.timestamp("us", tz="UTC")),
+        ],
+        schema=REJECTED.arrow_schema,
+    )
+    writer = _AtomicParquet(
+        storage,
+        f"{target.rejected_dir}/part-{split:06d}-{target.run_id}.parquet",
+        row_group_size=max(count, 1),
+        compression="snappy",
+    )
+    writer.write(table)
+    writer.close()
+
+
+class _AtomicParquet:
+    """A Parquet file written under a hidden temporary name and moved into place when closed."""
+
+    def __init__(self, storage: Storage, relative: str, *, row_group_size: int, **writer_options):
+        self.storage = storage
+        self.relative = relative
+        folder, name = relative.rsplit("/", 1)
+        self.temporary = f"{folder}/.{name}.{uuid.uuid4().hex[:12]}.tmp"
+        self.row_group_size = row_group_size
+        self.writer_options = writer_options
+        self.writer: pq.ParquetWriter | None = None
+
+    def write(self, table: pa.Table | pa.RecordBatch) -> None:
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        if self.writer is None:
+            path = self.storage.file_path(self.temporary)
+            self.storage.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            self.writer = pq.ParquetWriter(path, table.schema, filesystem=self.storage.fs, **self.writer_options)
+        self.writer.write_table(table, row_group_size=self.row_group_size)
+
+    def close(self) -> None:
+        if self.writer is None:
+            return
+        self.writer.close()
+        self.storage.move(self.temporary, self.relative)
+
+
+def order_for_append(narrow, *, partitions: int):
+    """The messages' narrow rows, range-partitioned and sorted by the append order (partition order is log order)."""
+    return narrow.repartitionByRange(partitions, *APPEND_ORDER).sortWithinPartitions(*APPEND_ORDER)
 
 
 # -- step 3: per-partition statistics -------------------------------------------------------
@@ -180,6 +391,73 @@ def _queue_count(topic: str, queue_counts: Mapping[str, int], default: int | Non
     return count
 
 
+class QueueAssigner:
+    """The broker's queue choice and queue offsets for messages in append order, batch after batch.
+
+    A message without a queue takes the next round-robin turn of its topic
+    (ordinal modulo the topic's queue count); a NOT_TYPE or COMMIT message
+    takes the next offset of its queue. Vectorised: per batch, a message's
+    turn (or offset) is the counter before the batch plus its rank among the
+    batch's messages of the same topic (or queue), so Python runs per topic
+    and queue, not per message.
+    """
+
+    def __init__(
+        self,
+        rr_counters: Mapping[str, int],
+        queue_offsets: Mapping[tuple[str, int], int],
+        *,
+        queue_counts,
+        default_queue_count,
+    ):
+        self.rr = dict(rr_counters)
+        self.heads = dict(queue_offsets)
+        self.queue_counts = queue_counts
+        self.default_queue_count = default_queue_count
+
+    def assign(self, batch: pa.RecordBatch) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(topic names, topic code per row, round-robin mask, queue ids, queue offsets; 0 if none consumed)."""
+        encoded = pc.dictionary_encode(batch.column("topic"))
+        names = encoded.dictionary.to_pylist()
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        given = batch.column("queue_id")
+        round_robin = given.is_null().to_numpy(zero_copy_only=False)
+        queues = given.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        if round_robin.any():
+            rows = np.flatnonzero(round_robin)
+            topic_codes = codes[rows]
+            turns = np.array([self.rr.get(name, 0) for name in names], dtype=np.int64)
+            counts = np.ones(len(names), dtype=np.int64)
+            for code in np.unique(topic_codes).tolist():
+                counts[code] = _queue_count(names[code], self.queue_counts, self.default_queue_count)
+            queues[rows] = (turns[topic_codes] + _ranks_within(topic_codes)) % counts[topic_codes]
+            for code, taken in enumerate(np.bincount(topic_codes, minlength=len(names)).tolist()):
+                if taken:
+                    self.rr[names[code]] = int(turns[code]) + taken
+        offsets = np.zeros(batch.num_rows, dtype=np.int64)
+        consuming = np.flatnonzero(consumes_queue_offsets(batch.column("sys_flag").to_numpy(zero_copy_only=False)))
+        if len(consuming):
+            keys = (codes[consuming] << 32) | queues[consuming]  # queue ids are 0..count-1 here
+            distinct, inverse = np.unique(keys, return_inverse=True)
+            queue_keys = [(names[key >> 32], key & 0xFFFFFFFF) for key in distinct.tolist()]
+            heads = np.array([self.heads.get(key, 0) for key in queue_keys], dtype=np.int64)
+            offsets[consuming] = heads[inverse] + _ranks_within(keys)
+            for key, head, taken in zip(queue_keys, heads.tolist(), np.bincount(inverse).tolist(), strict=True):
+                self.heads[key] = head + taken
+        return names, codes, round_robin, queues, offsets
+
+
+def _ranks_within(keys: np.ndarray) -> np.ndarray:
+    """Each element's 0-based rank among the elements with the same key, in array order."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    group_starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    sizes = np.diff(np.r_[group_starts, len(keys)])
+    ranks = np.empty(len(keys), dtype=np.int64)
+    ranks[order] = np.arange(len(keys)) - np.repeat(group_starts, sizes)
+    return ranks
+
+
 def stats_of_partition(
     partition: int,
     batches: Iterable[pa.RecordBatch],
@@ -199,25 +477,29 @@ def stats_of_partition(
     rr_total: dict[str, int] = defaultdict(int)
     rr_consuming: dict[tuple[str, int], int] = defaultdict(int)
     per_queue: dict[tuple[str, int], int] = defaultdict(int)
+    # Counters from zero: a round-robin message's queue is then its local ordinal modulo the queue count.
+    local = QueueAssigner({}, {}, queue_counts=queue_counts, default_queue_count=default_queue_count)
     for batch in batches:
+        if not batch.num_rows:
+            continue
+        before = dict(local.rr)
+        names, codes, round_robin, queues, _ = local.assign(batch)
+        sizes = batch.column("total_size").to_numpy(zero_copy_only=False).astype(np.int64)
         messages += batch.num_rows
-        total_bytes += pc.sum(batch.column("total_size")).as_py() or 0
-        topics = batch.column("topic").to_pylist()
-        queues = batch.column("queue_id").to_pylist()
-        flags = batch.column("sys_flag").to_pylist()
-        sizes = batch.column("total_size").to_pylist()
-        for topic, queue, flag, size in zip(topics, queues, flags, sizes, strict=True):
-            totals = per_topic[topic]
-            totals[0] += 1
-            totals[1] += size
-            consuming = consumes_queue_offset(flag)
-            if queue is None:
-                ordinal = rr_total[topic]
-                rr_total[topic] = ordinal + 1
-                if consuming:
-                    rr_consuming[(topic, ordinal % _queue_count(topic, queue_counts, default_queue_count))] += 1
-            elif consuming:
-                per_queue[(topic, queue)] += 1
+        total_bytes += int(sizes.sum())
+        counts = np.bincount(codes, minlength=len(names)).tolist()
+        weights = np.bincount(codes, weights=sizes, minlength=len(names)).tolist()
+        for code, name in enumerate(names):
+            per_topic[name][0] += counts[code]
+            per_topic[name][1] += int(weights[code])
+            if local.rr.get(name, 0) != before.get(name, 0):
+                rr_total[name] = local.rr[name]
+        consuming = consumes_queue_offsets(batch.column("sys_flag").to_numpy(zero_copy_only=False))
+        for mask, target in ((round_robin & consuming, rr_consuming), (~round_robin & consuming, per_queue)):
+            if mask.any():
+                keys, taken = np.unique((codes[mask] << 32) | queues[mask], return_counts=True)
+                for key, count in zip(keys.tolist(), taken.tolist(), strict=True):
+                    target[(names[key >> 32], key & 0xFFFFFFFF)] += count
     rows = [(partition, "messages", None, None, None, messages), (partition, "bytes", None, None, None, total_bytes)]
     rows += [(partition, "rr_total", t, None, None, n) for t, n in rr_total.items()]
     rows += [(partition, "rr_consuming", t, None, b, n) for (t, b), n in rr_consuming.items()]
@@ -229,17 +511,47 @@ def stats_of_partition(
     )
 
 
-def partition_stats(ordered, *, queue_counts: Mapping[str, int], default_queue_count: int | None):
-    """One small set of counts per partition of ``ordered`` (a few rows per queue)."""
+def partition_stats(ordered, *, queue_counts: Mapping[str, int], default_queue_count: int | None, target):
+    """One small set of counts per partition of ``ordered`` (a few rows per queue).
+
+    Each task also saves its partition's narrow rows, in order, as a scratch
+    file (``IngestTarget.ordered_file``): the replay and write steps read
+    them there instead of through Spark again.
+    """
 
     def stats(batches):
         from pyspark import TaskContext
 
-        yield stats_of_partition(
-            TaskContext.get().partitionId(), batches, queue_counts=queue_counts, default_queue_count=default_queue_count
+        partition = TaskContext.get().partitionId()
+        saved = _AtomicParquet(
+            target.storage(),
+            target.ordered_file(partition),
+            row_group_size=1 << 20,
+            compression="none",
+            write_statistics=False,
         )
 
-    return ordered.select("topic", "queue_id", "sys_flag", "total_size").mapInArrow(stats, STATS_DDL)
+        def saving():
+            for batch in batches:
+                saved.write(batch)
+                yield batch
+
+        counts = stats_of_partition(
+            partition, saving(), queue_counts=queue_counts, default_queue_count=default_queue_count
+        )
+        saved.close()
+        yield counts
+
+    return ordered.mapInArrow(stats, STATS_DDL)
+
+
+def read_ordered(target: IngestTarget, partition: int) -> list[pa.RecordBatch]:
+    """A partition's narrow rows in append order, as ``partition_stats`` saved them (none if it was empty)."""
+    storage = target.storage()
+    path = target.ordered_file(partition)
+    if not storage.exists(path):
+        return []
+    return pq.read_table(storage.file_path(path), filesystem=storage.fs).to_batches()
 
 
 # -- step 4: the plan ------------------------------------------------------------------------
@@ -363,40 +675,17 @@ def replay_end_offset(sizes: Iterable[int], *, start_offset: int, segment_size: 
     return position
 
 
-# -- step 5: placement -----------------------------------------------------------------------
+# -- step 5: placement and write -----------------------------------------------------------
 
-PLACED_COLUMNS = [
-    "segment",
-    "physical_offset",
-    "total_size",
-    "magic",
-    "body_crc",
-    "queue_id",
-    "flag",
-    "queue_offset",
-    "sys_flag",
-    "born_timestamp",
-    "born_host",
-    "store_timestamp",
-    "store_host",
-    "reconsume_times",
-    "prepared_transaction_offset",
-    "body",
-    "topic",
-    "properties",
-    "keys",
-    "tags",
-    "uniq_key",
-    "msg_id",
-    "source_file",
-    "source_line",
-    "properties_bytes",
-]
-PLACED_DDL = """segment string, physical_offset bigint, total_size int, magic int, body_crc int, queue_id int,
-    flag int, queue_offset bigint, sys_flag int, born_timestamp bigint, born_host string,
-    store_timestamp bigint, store_host string, reconsume_times int, prepared_transaction_offset bigint,
-    body binary, topic string, properties map<string,string>, keys array<string>, tags string,
-    uniq_key string, msg_id string, source_file string, source_line bigint, properties_bytes binary"""
+PLACEMENT_SCHEMA = pa.schema(
+    [
+        ("split", pa.int32()),
+        ("source_line", pa.int64()),
+        ("physical_offset", pa.int64()),
+        ("queue_id", pa.int32()),
+        ("queue_offset", pa.int64()),
+    ]
+)
 
 
 class PartitionPlacer:
@@ -404,62 +693,206 @@ class PartitionPlacer:
 
     def __init__(self, start: PartitionStart, *, queue_counts, default_queue_count, segment_size: int):
         self.position = start.physical_offset
-        self.rr = dict(start.rr_counters)
-        self.heads = dict(start.queue_offsets)
-        self.queue_counts = queue_counts
-        self.default_queue_count = default_queue_count
+        self.queues = QueueAssigner(
+            start.rr_counters, start.queue_offsets, queue_counts=queue_counts, default_queue_count=default_queue_count
+        )
         self.segment_size = segment_size
 
     def place(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        topics = batch.column("topic").to_pylist()
-        queues = batch.column("queue_id").to_pylist()
-        flags = batch.column("sys_flag").to_pylist()
-        prefixes = batch.column("store_host_prefix").to_pylist()
+        """Narrow rows in append order → their ``PLACEMENT_SCHEMA`` rows (queue, queue offset, physical offset)."""
         placement = place_records(
-            batch.column("total_size").to_numpy(), start_offset=self.position, segment_size=self.segment_size
+            batch.column("total_size").to_numpy(zero_copy_only=False),
+            start_offset=self.position,
+            segment_size=self.segment_size,
         )
         self.position = placement.end_offset
-        offsets = placement.offsets.tolist()
-        queue_ids, queue_offsets, segments, msg_ids = [], [], [], []
-        for topic, queue, flag, prefix, offset in zip(topics, queues, flags, prefixes, offsets, strict=True):
-            if queue is None:
-                ordinal = self.rr.get(topic, 0)
-                self.rr[topic] = ordinal + 1
-                queue = ordinal % _queue_count(topic, self.queue_counts, self.default_queue_count)
-            queue_ids.append(queue)
-            if consumes_queue_offset(flag):
-                head = self.heads.get((topic, queue), 0)
-                self.heads[(topic, queue)] = head + 1
-                queue_offsets.append(head)
-            else:
-                queue_offsets.append(0)
-            segments.append(segment_file_name(segment_start(offset, self.segment_size)))
-            msg_ids.append(offset_msg_id_with_prefix(prefix, offset))
-        computed = {
-            "segment": pa.array(segments, pa.string()),
-            "physical_offset": pa.array(offsets, pa.int64()),
-            "queue_id": pa.array(queue_ids, pa.int32()),
-            "queue_offset": pa.array(queue_offsets, pa.int64()),
-            "msg_id": pa.array(msg_ids, pa.string()),
-        }
-        arrays = [computed[name] if name in computed else batch.column(name) for name in PLACED_COLUMNS]
-        return pa.RecordBatch.from_arrays(arrays, names=PLACED_COLUMNS)
-
-
-def place_messages(ordered, *, plan: AppendPlan, queue_counts, default_queue_count, segment_size: int):
-    """Give every message its queue, queue offset, physical offset, segment and offsetMsgId."""
-    starts = plan.starts
-
-    def place_partition(batches):
-        from pyspark import TaskContext
-
-        placer = PartitionPlacer(
-            starts[TaskContext.get().partitionId()],
-            queue_counts=queue_counts,
-            default_queue_count=default_queue_count,
-            segment_size=segment_size,
+        _, _, _, queue_ids, queue_offsets = self.queues.assign(batch)
+        return pa.RecordBatch.from_arrays(
+            [
+                batch.column("split"),
+                batch.column("source_line"),
+                pa.array(placement.offsets, pa.int64()),
+                pa.array(queue_ids, pa.int32()),
+                pa.array(queue_offsets, pa.int64()),
+            ],
+            schema=PLACEMENT_SCHEMA,
         )
-        for batch in batches:
-            yield placer.place(batch)
 
-    return ordered.mapInArrow(place_partition, PLACED_DDL)
+
+WRITTEN_DDL = """segment string, message_count bigint, first_offset bigint, data_end bigint,
+    first_store_timestamp bigint, last_store_timestamp bigint, file string"""
+_WRITTEN_SCHEMA = pa.schema(
+    [
+        ("segment", pa.string()),
+        ("message_count", pa.int64()),
+        ("first_offset", pa.int64()),
+        ("data_end", pa.int64()),
+        ("first_store_timestamp", pa.int64()),
+        ("last_store_timestamp", pa.int64()),
+        ("file", pa.string()),
+    ]
+)
+_COMMITLOG_FILE_SCHEMA = pa.schema([field for field in COMMITLOG.arrow_schema if field.name != "segment"])
+# Columns worth dictionary pages (few distinct values); trying it on bodies and ids only costs time.
+_DICTIONARY_COLUMNS = [
+    name
+    for name in _COMMITLOG_FILE_SCHEMA.names
+    if name not in ("body", "properties_bytes", "properties", "msg_id", "uniq_key", "physical_offset", "body_crc")
+]
+
+
+def fetch_messages(placement: pa.Table, read_scratch: Callable[[int], pq.ParquetFile]) -> pa.Table:
+    """The scratch rows (``SCRATCH_COLUMNS``) of the placed lines, in placement order.
+
+    Each split's file is read only in the row groups holding its lines
+    (row-group statistics of ``source_line``; lines are in file order).
+    """
+    splits = placement.column("split").to_numpy()
+    lines = placement.column("source_line").to_numpy()
+    by_split = np.lexsort((lines, splits))
+    pieces, take = [], np.empty(len(lines), dtype=np.int64)
+    base = 0
+    boundaries = np.flatnonzero(np.diff(splits[by_split])) + 1
+    for run in np.split(by_split, boundaries) if len(by_split) else []:
+        split = int(splits[run[0]])
+        wanted = lines[run]
+        scratch = read_scratch(split)
+        groups = _row_groups_holding(scratch.metadata, wanted)
+        table = scratch.read_row_groups(groups, columns=SCRATCH_COLUMNS)
+        found = table.column("source_line").to_numpy()
+        index = np.searchsorted(found, wanted)
+        if len(found) == 0 or index.max() >= len(found) or not np.array_equal(found[index], wanted):
+            raise RuntimeError(f"scratch file of split {split} lacks lines the placement lists")
+        take[run] = base + index
+        base += table.num_rows
+        pieces.append(table)
+    if not pieces:
+        return pa.table({name: pa.array([], type) for name, type in _SCRATCH_FIELDS})
+    return pa.concat_tables(pieces).take(pa.array(take))
+
+
+_SCRATCH_FIELDS = [("source_line", pa.int64()), *_MESSAGE_FIELDS]
+
+
+def _row_groups_holding(metadata: pq.FileMetaData, lines: np.ndarray) -> list[int]:
+    column = metadata.schema.names.index("source_line")
+    groups = []
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(column).statistics
+        low = np.searchsorted(lines, stats.min, side="left")
+        high = np.searchsorted(lines, stats.max, side="right")
+        if high > low:
+            groups.append(group)
+    return groups
+
+
+def commitlog_rows(messages: pa.Table, placement: pa.Table, *, segment_size: int, source_file, batch_id: str):
+    """The commitlog rows of placed messages: placement columns, segment, offsetMsgId and batch joined in.
+
+    Returns (segment names per row, table of ``_COMMITLOG_FILE_SCHEMA`` columns).
+    """
+    offsets = placement.column("physical_offset").to_numpy()
+    starts = segment_start(offsets, segment_size)  # element-wise on the array
+    distinct, codes = np.unique(placement.column("split").to_numpy(), return_inverse=True)
+    names = pa.array([source_file(int(split)) for split in distinct.tolist()], pa.string())
+    computed = {
+        "physical_offset": placement.column("physical_offset"),
+        "queue_id": placement.column("queue_id"),
+        "queue_offset": placement.column("queue_offset"),
+        "msg_id": offset_msg_ids_with_prefix(messages.column("store_host_prefix").combine_chunks(), offsets),
+        "batch_id": pa.repeat(pa.scalar(batch_id, pa.string()), messages.num_rows),
+        "source_file": pc.take(names, pa.array(codes)),
+    }
+    columns = [computed[f.name] if f.name in computed else messages.column(f.name) for f in _COMMITLOG_FILE_SCHEMA]
+    table = pa.Table.from_arrays(columns, schema=_COMMITLOG_FILE_SCHEMA)
+    return starts, table
+
+
+def write_partition(
+    batches: Iterable[pa.RecordBatch],
+    *,
+    partition: int,
+    start: PartitionStart,
+    queue_counts,
+    default_queue_count,
+    segment_size: int,
+    files: Mapping[int, str],
+    target: IngestTarget,
+    row_group_bytes: int,
+) -> Iterator[pa.RecordBatch]:
+    """Place one partition's narrow rows, fetch their messages and write them as commitlog files.
+
+    One file per segment the partition touches, rows in offset order, row
+    groups of about ``row_group_bytes``. Yields one ``WRITTEN_DDL`` row per
+    file for the segment aggregates.
+    """
+    use_task_memory_pool()
+    placer = PartitionPlacer(
+        start, queue_counts=queue_counts, default_queue_count=default_queue_count, segment_size=segment_size
+    )
+    placed = [placer.place(batch) for batch in batches if batch.num_rows]
+    if not placed:
+        return
+    placement = pa.Table.from_batches(placed, schema=PLACEMENT_SCHEMA)
+    storage = target.storage()
+
+    def read_scratch(split: int) -> pq.ParquetFile:
+        return pq.ParquetFile(storage.file_path(target.scratch_file(split)), filesystem=storage.fs)
+
+    with _gc_paused():
+        messages = fetch_messages(placement, read_scratch)
+        starts, table = commitlog_rows(
+            messages, placement, segment_size=segment_size, source_file=files.__getitem__, batch_id=target.batch_id
+        )
+    del messages
+    rows_per_group = max(1, int(row_group_bytes * table.num_rows / max(table.nbytes, 1)))
+    cuts = [0, *(np.flatnonzero(np.diff(starts)) + 1).tolist(), table.num_rows]
+    offsets = table.column("physical_offset").to_numpy()
+    sizes = table.column("total_size").to_numpy()
+    stored = table.column("store_timestamp").to_numpy()
+    for first, end in itertools.pairwise(cuts):
+        segment = segment_file_name(int(starts[first]))
+        relative = f"segment={segment}/part-{partition:05d}-{target.run_id}.parquet"
+        writer = _AtomicParquet(
+            storage,
+            f"{target.commitlog_dir}/{relative}",
+            row_group_size=rows_per_group,
+            compression="snappy",
+            use_dictionary=_DICTIONARY_COLUMNS,
+        )
+        writer.write(table.slice(first, end - first))
+        writer.close()
+        yield pa.RecordBatch.from_pylist(
+            [
+                {
+                    "segment": segment,
+                    "message_count": end - first,
+                    "first_offset": int(offsets[first]),
+                    "data_end": int(offsets[end - 1] + sizes[end - 1]),
+                    "first_store_timestamp": int(stored[first]),
+                    "last_store_timestamp": int(stored[end - 1]),
+                    "file": relative,
+                }
+            ],
+            schema=_WRITTEN_SCHEMA,
+        )
+
+
+def merge_segment_aggregates(written: Iterable) -> list[dict]:
+    """Per segment: the files' counts summed, first/last store time of the first/last record by offset."""
+    segments: dict[str, dict] = {}
+    for row in sorted(written, key=lambda r: r["first_offset"]):
+        merged = segments.get(row["segment"])
+        if merged is None:
+            segments[row["segment"]] = {
+                "segment": row["segment"],
+                "message_count": row["message_count"],
+                "data_end": row["data_end"],
+                "first_store_timestamp": row["first_store_timestamp"],
+                "last_store_timestamp": row["last_store_timestamp"],
+            }
+        else:
+            merged["message_count"] += row["message_count"]
+            merged["data_end"] = max(merged["data_end"], row["data_end"])
+            merged["last_store_timestamp"] = row["last_store_timestamp"]
+    return list(segments.values())

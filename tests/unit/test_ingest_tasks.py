@@ -1,0 +1,138 @@
+"""The ingest tasks without Spark: a split's parse into its files, and a partition's placement and write."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rmqlake.formats.hosts import parse_host
+from rmqlake.formats.msgid import offset_msg_id
+from rmqlake.formats.segment import place_records, segment_file_name, segment_start
+from rmqlake.producer_log import ParseOptions
+from rmqlake.transforms import ingest as T
+
+OPTIONS = ParseOptions(
+    queue_counts={"Orders": 4},
+    default_queue_count=None,
+    compaction_topics=frozenset(),
+    max_message_size=4096,
+    segment_size=2048,
+    cluster_name="DefaultCluster",
+    default_store_host="10.0.0.5:10911",
+    default_born_host="127.0.0.1:49152",
+    timezone="UTC",
+)
+
+
+def _write_input(path, start: int, count: int, *, bad_every: int) -> None:
+    lines = []
+    for i in range(count):
+        if i % bad_every == bad_every - 1:
+            lines.append("{not json")
+            continue
+        doc = {"topic": "Orders", "body": "b" * (50 + i % 7), "bornTimestamp": start + 2 * i}
+        if i % 3 == 0:
+            doc["keys"] = f"k{i % 5}"
+        lines.append(json.dumps(doc))
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def parsed(tmp_path, monkeypatch):
+    """Two inputs whose timestamps interleave, parsed into scratch files with small row groups."""
+    monkeypatch.setattr(T, "SCRATCH_ROW_GROUP_ROWS", 16)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    _write_input(inputs / "a.jsonl", 1_000, 120, bad_every=25)
+    _write_input(inputs / "b.jsonl", 1_001, 90, bad_every=40)
+    target = T.IngestTarget(
+        lake_root=str(tmp_path / "lake"),
+        storage_options={},
+        scratch_dir="commitlog/_staging/r1/_scratch",
+        commitlog_dir="commitlog/_staging/r1",
+        rejected_dir="rejected/_staging/r1",
+        run_id="r1",
+        batch_id="b1",
+        rejected_at_us=0,
+    )
+    tasks = []
+    for index, name in enumerate(["a.jsonl", "b.jsonl"]):
+        path = str(inputs / name)
+        size = (inputs / name).stat().st_size
+        tasks.append(T.SplitTask(index, index, path, 0, size, False, "0" * 64, 1, 0x1234))
+    counts = [T.parse_split(task, options=OPTIONS, target=target).to_pylist()[0] for task in tasks]
+    return target, tasks, counts
+
+
+def test_a_split_writes_its_messages_narrow_rows_and_rejected_lines(parsed):
+    target, _, counts = parsed
+    assert counts == [{"split": 0, "lines": 120, "rejected": 4}, {"split": 1, "lines": 90, "rejected": 2}]
+    storage = target.storage()
+    listed = [entry.path for entry in storage.list_files(target.scratch_dir)]
+    assert listed == [
+        "messages/split-000000.parquet",
+        "messages/split-000001.parquet",
+        "narrow/split-000000.parquet",
+        "narrow/split-000001.parquet",
+    ]  # no temporary files left
+    scratch = pq.ParquetFile(storage.file_path(target.scratch_file(0)))
+    assert scratch.metadata.num_rows == 116 and scratch.metadata.num_row_groups > 1
+    rejected = pq.read_table(storage.file_path(f"{target.rejected_dir}/part-000000-r1.parquet"))
+    assert rejected.column("source_line").to_pylist() == [25, 50, 75, 100]
+    assert set(rejected.column("reason").to_pylist()) == {
+        "malformed JSON: Expecting property name enclosed in double quotes (column 2)"
+    }
+    assert rejected.column("raw").to_pylist()[0] == "{not json"
+
+
+def test_a_partition_is_placed_fetched_and_written_in_offset_order(parsed):
+    target, tasks, _ = parsed
+    storage = target.storage()
+    narrow = pa.concat_tables(
+        pq.read_table(storage.file_path(target.narrow_file(task.index))) for task in tasks
+    ).sort_by([(column, "ascending") for column in T.APPEND_ORDER])
+    start = T.PartitionStart(physical_offset=1000, rr_counters={"Orders": 2}, queue_offsets={("Orders", 1): 40})
+    written = [
+        row
+        for batch in T.write_partition(
+            narrow.to_batches(max_chunksize=37),
+            partition=3,
+            start=start,
+            queue_counts=OPTIONS.queue_counts,
+            default_queue_count=None,
+            segment_size=2048,
+            files={task.index: task.path for task in tasks},
+            target=target,
+            row_group_bytes=4096,
+        )
+        for row in batch.to_pylist()
+    ]
+    placement = place_records(narrow.column("total_size").to_numpy(), start_offset=1000, segment_size=2048)
+    segments = sorted({segment_file_name(segment_start(int(o), 2048)) for o in placement.offsets})
+    assert [row["segment"] for row in written] == segments  # one file per segment touched, in order
+    rows = []
+    for row in written:
+        table = pq.read_table(storage.file_path(f"{target.commitlog_dir}/{row['file']}"))
+        assert table.column("physical_offset").to_pylist() == sorted(table.column("physical_offset").to_pylist())
+        assert row["message_count"] == table.num_rows
+        rows += table.to_pylist()
+    assert [r["physical_offset"] for r in rows] == placement.offsets.tolist()
+    assert [(r["source_file"], r["source_line"]) for r in rows] == [
+        (tasks[split].path, line)
+        for split, line in zip(narrow.column("split").to_pylist(), narrow.column("source_line").to_pylist())
+    ]
+    store = parse_host("10.0.0.5:10911")
+    assert all(r["msg_id"] == offset_msg_id(store, r["physical_offset"]) for r in rows)
+    assert all(r["batch_id"] == "b1" for r in rows)
+    assert sum(row["message_count"] for row in written) == narrow.num_rows
+
+
+def test_fetch_refuses_a_placement_listing_lines_the_scratch_lacks(parsed):
+    target, _, _ = parsed
+    storage = target.storage()
+    placement = pa.table({"split": pa.array([0], pa.int32()), "source_line": pa.array([25], pa.int64())})
+    with pytest.raises(RuntimeError, match="lacks lines"):
+        T.fetch_messages(placement, lambda split: pq.ParquetFile(storage.file_path(target.scratch_file(split))))
