@@ -196,6 +196,7 @@ class LineParser:
         self._orders: dict[tuple[str, ...], tuple[list[str], str]] = {}
         self._uniq_prefixes: dict[tuple[bytes, int], str] = {}
         self._sizes: dict[tuple[int, bool, bool], int] = {}
+        self._key_queues: dict[tuple[str, int], int] = {}
         self._size_limit = min(
             options.max_message_size + RECORD_OVERHEAD_ALLOWANCE, options.segment_size - END_FILE_MIN_BLANK_LENGTH
         )
@@ -301,7 +302,11 @@ class LineParser:
                 raise Rejection(f"queueId {queue_id} is out of range for topic {topic!r} with {queue_count} queues")
         key_list = [token for token in keys.split(KEY_SEPARATOR) if token] if keys else []
         if queue_id is None and keys:
-            queue_id = select_queue_by_hash(keys, queue_count)
+            queue_id = self._key_queues.get((keys, queue_count))
+            if queue_id is None:
+                queue_id = select_queue_by_hash(keys, queue_count)
+                if len(self._key_queues) < 1 << 20:
+                    self._key_queues[(keys, queue_count)] = queue_id
         if info.compaction and not key_list:
             raise Rejection(f"topic {topic!r} has cleanup.policy COMPACTION and the message has no keys")
 
@@ -446,10 +451,12 @@ def _reject_range(name: str, value: int, minimum: int, maximum: int) -> None:
 def _plain_string(raw: msgspec.Raw) -> bytes | None:
     """The UTF-8 bytes of a JSON string without escapes; ``None`` for anything else (absent, null, a number,
     escapes, bytes that are not UTF-8), which the json route then handles."""
-    text = bytes(raw)
-    if len(text) < 2 or text[0] != 0x22 or b"\\" in text:  # 0x22: '"'
+    view = memoryview(raw)
+    if len(view) < 2 or view[0] != 0x22:  # 0x22: '"'
         return None
-    text = text[1:-1]
+    text = bytes(view[1:-1])  # one copy: the body
+    if b"\\" in text:
+        return None
     if not text.isascii():
         try:
             text.decode("utf-8")

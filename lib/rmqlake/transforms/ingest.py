@@ -258,6 +258,7 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
         target.scratch_file(task.index),
         row_group_size=SCRATCH_ROW_GROUP_ROWS,
         compression="none",
+        use_dictionary=False,
         write_statistics=["source_line"],
     )
     narrow = _AtomicParquet(
@@ -275,7 +276,10 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
         )
         first_line += len(lines)
         is_rejected = pc.is_valid(parsed.column("reject_reason"))
-        valid = parsed.filter(pc.invert(is_rejected))
+        # Filtering copies every column, bodies included: only when the block has rejected lines.
+        valid = (
+            parsed.filter(pc.invert(is_rejected)) if parsed.column("reject_reason").null_count < len(parsed) else parsed
+        )
         if valid.num_rows:
             scratch.write(valid.select(SCRATCH_COLUMNS))
             narrow.write(_narrow_rows(valid, task))
