@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from rmqlake.formats.javahash import INT_MAX, index_key, index_key_hash
 from rmqlake.formats.properties import split_keys
-from rmqlake.formats.record import TRANSACTION_ROLLBACK_TYPE, transaction_type
+from rmqlake.formats.record import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, transaction_type
 
 HEADER_SIZE = 40
 SLOT_SIZE = 4
@@ -40,6 +40,11 @@ def capacity(entries: int) -> int:
 def is_indexed(sys_flag: int) -> bool:
     """NOT_TYPE, PREPARED and COMMIT messages are indexed; ROLLBACK is not (spec 3.6)."""
     return transaction_type(sys_flag) != TRANSACTION_ROLLBACK_TYPE
+
+
+def indexed(sys_flags):
+    """``is_indexed`` element-wise over a NumPy array of sysFlags (a boolean array)."""
+    return (sys_flags & TRANSACTION_TYPE_MASK) != TRANSACTION_ROLLBACK_TYPE
 
 
 def message_index_keys(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:

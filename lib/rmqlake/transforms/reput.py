@@ -16,12 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from rmqlake.formats.consumequeue import cq_file_name, dispatch_tags_code
-from rmqlake.formats.indexfile import capacity, is_indexed, message_index_keys, next_file_name
-from rmqlake.formats.javahash import INT_MAX, index_key_hash
-from rmqlake.formats.record import consumes_queue_offset
+from rmqlake.formats.consumequeue import SCHEDULE_TOPIC, cq_file_name, dispatch_tags_code
+from rmqlake.formats.indexfile import capacity, indexed, next_file_name
+from rmqlake.formats.javahash import INT_MAX, index_key_hashes, java_string_hashes
+from rmqlake.formats.properties import KEY_SEPARATOR
+from rmqlake.formats.record import consumes_queue_offsets
 
 DISPATCH_COLUMNS = [
     "physical_offset",
@@ -66,24 +69,41 @@ _CQ_SCHEMA = pa.schema(
 
 
 def cq_units_of_batch(batch: pa.RecordBatch, *, units_per_file: int) -> pa.RecordBatch:
-    """CQ units of the dispatchable messages of one Arrow batch of commitlog rows."""
-    names = ["physical_offset", "total_size", "sys_flag", "store_timestamp", "topic", "queue_id", "queue_offset"]
-    rows = []
-    for offset, size, flag, stored, topic, queue, queue_offset, tags, delay in zip(
-        *(batch.column(n).to_pylist() for n in [*names, "tags", "delay_property"]), strict=True
-    ):
-        if not consumes_queue_offset(flag):
-            continue
+    """CQ units of the dispatchable messages of one Arrow batch of commitlog rows.
+
+    Column-wise: tagsCode is the TAGS hash (``java_string_hashes``) except on
+    the delay topic, whose rows (rare) go one by one through
+    ``dispatch_tags_code``; each distinct CQ file is named once.
+    """
+    flags = batch.column("sys_flag").to_numpy(zero_copy_only=False)
+    batch = batch.filter(pa.array(consumes_queue_offsets(flags)))
+    codes = java_string_hashes(batch.column("tags")).astype(np.int64)
+    on_delay_topic = pc.fill_null(pc.equal(batch.column("topic"), SCHEDULE_TOPIC), False).to_numpy(zero_copy_only=False)
+    for row in np.flatnonzero(on_delay_topic).tolist():
+        topic, tags, stored, delay = (
+            batch.column(name)[row].as_py() for name in ("topic", "tags", "store_timestamp", "delay_property")
+        )
         props = {} if delay is None else {"DELAY": delay}
         try:
-            code = dispatch_tags_code(topic, tags, props, stored)
+            codes[row] = dispatch_tags_code(topic, tags, props, stored)
         except ValueError:  # a non-numeric DELAY on the delay topic: the broker cannot parse it either
-            code = dispatch_tags_code(topic, tags, {}, stored)
-        rows.append(
-            (topic, queue, queue_offset, offset, size, code, stored, cq_file_name(queue_offset, units_per_file))
-        )
+            codes[row] = dispatch_tags_code(topic, tags, {}, stored)
+    queue_offsets = batch.column("queue_offset").to_numpy(zero_copy_only=False)
+    file_numbers = queue_offsets // units_per_file
+    distinct, first, inverse = np.unique(file_numbers, return_index=True, return_inverse=True)
+    names = pa.array([cq_file_name(int(queue_offsets[i]), units_per_file) for i in first.tolist()], pa.string())
     return pa.RecordBatch.from_arrays(
-        [pa.array([r[i] for r in rows], f.type) for i, f in enumerate(_CQ_SCHEMA)], schema=_CQ_SCHEMA
+        [
+            batch.column("topic"),
+            batch.column("queue_id"),
+            batch.column("queue_offset"),
+            batch.column("physical_offset"),
+            batch.column("total_size"),
+            pa.array(codes, pa.int64()),
+            batch.column("store_timestamp"),
+            pc.take(names, pa.array(inverse)) if len(distinct) else pa.array([], pa.string()),
+        ],
+        schema=_CQ_SCHEMA,
     )
 
 
@@ -111,23 +131,46 @@ _KEYS_SCHEMA = pa.schema(
 
 
 def index_keys_of_batch(batch: pa.RecordBatch, *, slots: int) -> pa.RecordBatch:
-    """One row per index key of each indexed message, in the broker's key order."""
-    rows = []
-    for offset, flag, stored, topic, keys, uniq in zip(
-        *(
-            batch.column(n).to_pylist()
-            for n in ("physical_offset", "sys_flag", "store_timestamp", "topic", "keys_property", "uniq_key")
-        ),
-        strict=True,
-    ):
-        if not is_indexed(flag):
-            continue
-        for position, key in enumerate(message_index_keys(topic, uniq, keys)):
-            key_hash = index_key_hash(key)
-            rows.append((offset, position, stored, topic, key_hash, key_hash % slots))
-    return pa.RecordBatch.from_arrays(
-        [pa.array([r[i] for r in rows], f.type) for i, f in enumerate(_KEYS_SCHEMA)], schema=_KEYS_SCHEMA
+    """One row per index key of each indexed message, in the broker's key order (``message_index_keys``):
+    ``topic#UNIQ_KEY`` (position 0 when present), then ``topic#token`` per non-empty KEYS token. Column-wise."""
+    flags = batch.column("sys_flag").to_numpy(zero_copy_only=False)
+    batch = batch.filter(pa.array(indexed(flags)))
+    rows = np.arange(batch.num_rows)
+    has_uniq = batch.column("uniq_key").is_valid().to_numpy(zero_copy_only=False)
+    # KEYS tokens: split on spaces, empty tokens dropped (split_keys)
+    tokens = pc.split_pattern(batch.column("keys_property"), KEY_SEPARATOR)
+    token_rows = pc.list_parent_indices(tokens).to_numpy(zero_copy_only=False)
+    token_values = pc.list_flatten(tokens)
+    kept = pc.not_equal(token_values, "").to_numpy(zero_copy_only=False)
+    token_rows, token_values = token_rows[kept], token_values.filter(pa.array(kept))
+    token_positions = _ranks_in_order(token_rows) + has_uniq[token_rows].astype(np.int64)
+    uniq_rows = rows[has_uniq]
+    message_of = np.concatenate([uniq_rows, token_rows]).astype(np.int64)
+    positions = np.concatenate([np.zeros(len(uniq_rows), np.int64), token_positions])
+    suffixes = pa.concat_arrays(
+        [batch.column("uniq_key").filter(pa.array(has_uniq)).cast(pa.string()), token_values.cast(pa.string())]
     )
+    topics = batch.column("topic").take(pa.array(message_of))
+    key_hashes = index_key_hashes(java_string_hashes(pc.binary_join_element_wise(topics, suffixes, "#")))
+    return pa.RecordBatch.from_arrays(
+        [
+            batch.column("physical_offset").take(pa.array(message_of)),
+            pa.array(positions.astype(np.int32)),
+            batch.column("store_timestamp").take(pa.array(message_of)),
+            topics,
+            pa.array(key_hashes),
+            pa.array((key_hashes.astype(np.int64) % slots).astype(np.int32)),
+        ],
+        schema=_KEYS_SCHEMA,
+    )
+
+
+def _ranks_in_order(groups: np.ndarray) -> np.ndarray:
+    """0-based position of each element within its run of equal, adjacent values (groups are sorted)."""
+    if not len(groups):
+        return np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    return np.arange(len(groups)) - np.repeat(starts, np.diff(np.r_[starts, len(groups)]))
 
 
 def index_keys(messages, *, slots: int):
