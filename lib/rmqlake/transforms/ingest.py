@@ -478,7 +478,6 @@ def stats_of_partition(
     """
     messages = total_bytes = 0
     per_topic: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    rr_total: dict[str, int] = defaultdict(int)
     rr_consuming: dict[tuple[str, int], int] = defaultdict(int)
     per_queue: dict[tuple[str, int], int] = defaultdict(int)
     # Counters from zero: a round-robin message's queue is then its local ordinal modulo the queue count.
@@ -486,7 +485,6 @@ def stats_of_partition(
     for batch in batches:
         if not batch.num_rows:
             continue
-        before = dict(local.rr)
         names, codes, round_robin, queues, _ = local.assign(batch)
         sizes = batch.column("total_size").to_numpy(zero_copy_only=False).astype(np.int64)
         messages += batch.num_rows
@@ -496,14 +494,13 @@ def stats_of_partition(
         for code, name in enumerate(names):
             per_topic[name][0] += counts[code]
             per_topic[name][1] += int(weights[code])
-            if local.rr.get(name, 0) != before.get(name, 0):
-                rr_total[name] = local.rr[name]
         consuming = consumes_queue_offsets(batch.column("sys_flag").to_numpy(zero_copy_only=False))
         for mask, target in ((round_robin & consuming, rr_consuming), (~round_robin & consuming, per_queue)):
             if mask.any():
                 keys, taken = np.unique((codes[mask] << 32) | queues[mask], return_counts=True)
                 for key, count in zip(keys.tolist(), taken.tolist(), strict=True):
                     target[(names[key >> 32], key & 0xFFFFFFFF)] += count
+    rr_total = {topic: turns for topic, turns in local.rr.items() if turns}  # counted from zero in this partition
     rows = [(partition, "messages", None, None, None, messages), (partition, "bytes", None, None, None, total_bytes)]
     rows += [(partition, "rr_total", t, None, None, n) for t, n in rr_total.items()]
     rows += [(partition, "rr_consuming", t, None, b, n) for (t, b), n in rr_consuming.items()]
@@ -793,7 +790,7 @@ def _row_groups_holding(metadata: pq.FileMetaData, lines: np.ndarray) -> list[in
 def commitlog_rows(messages: pa.Table, placement: pa.Table, *, segment_size: int, source_file, batch_id: str):
     """The commitlog rows of placed messages: placement columns, segment, offsetMsgId and batch joined in.
 
-    Returns (segment names per row, table of ``_COMMITLOG_FILE_SCHEMA`` columns).
+    Returns (each row's segment start offset as a NumPy array, table of ``_COMMITLOG_FILE_SCHEMA`` columns).
     """
     offsets = placement.column("physical_offset").to_numpy()
     starts = segment_start(offsets, segment_size)  # element-wise on the array
