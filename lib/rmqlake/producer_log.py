@@ -320,11 +320,14 @@ class LineParser:
                     ip=born_host.address.address, pid=file_hash32 >> 16, class_loader_hash=file_hash32
                 )
                 self._uniq_prefixes[(born_host.address.address, file_hash32)] = prefix
-            uniq = prefix + uniq_key_tail(
-                timestamp_ms=born_ts,
-                month_start_ms=month_start_millis(born_ts, options.timezone),
-                counter=source_line,
-            )
+            try:
+                month_start = month_start_millis(born_ts, options.timezone)
+            except (ValueError, OverflowError):  # past the year 9999 in the zone: no calendar to count from
+                raise Rejection(
+                    f"field 'bornTimestamp' = {born_ts} is past the year 9999, so no UNIQ_KEY can be generated "
+                    "for it; give the line a uniqKey"
+                ) from None
+            uniq = prefix + uniq_key_tail(timestamp_ms=born_ts, month_start_ms=month_start, counter=source_line)
 
         # The broker's HashMap: a repeated name keeps its first position and takes the last value.
         merged = _user_properties(line.properties)

@@ -40,16 +40,9 @@ def _write_input(path, start: int, count: int, *, bad_every: int) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-@pytest.fixture
-def parsed(tmp_path, monkeypatch):
-    """Two inputs whose timestamps interleave, parsed into scratch files with small row groups."""
-    monkeypatch.setattr(T, "SCRATCH_ROW_GROUP_ROWS", 16)
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    _write_input(inputs / "a.jsonl", 1_000, 120, bad_every=25)
-    _write_input(inputs / "b.jsonl", 1_001, 90, bad_every=40)
-    target = T.IngestTarget(
-        lake_root=str(tmp_path / "lake"),
+def _target(root) -> T.IngestTarget:
+    return T.IngestTarget(
+        lake_root=str(root / "lake"),
         storage_options={},
         scratch_dir="commitlog/_staging/r1/_scratch",
         commitlog_dir="commitlog/_staging/r1",
@@ -58,13 +51,28 @@ def parsed(tmp_path, monkeypatch):
         batch_id="b1",
         rejected_at_us=0,
     )
+
+
+def _parse_inputs(root, inputs: dict[str, tuple[int, int, int]]):
+    """Write and parse one split per input: name -> (first timestamp, lines, every how many lines one is bad)."""
+    folder = root / "in"
+    folder.mkdir()
+    target = _target(root)
     tasks = []
-    for index, name in enumerate(["a.jsonl", "b.jsonl"]):
-        path = str(inputs / name)
-        size = (inputs / name).stat().st_size
-        tasks.append(T.SplitTask(index, index, path, 0, size, False, "0" * 64, 1, 0x1234))
+    for index, (name, (start, count, bad_every)) in enumerate(inputs.items()):
+        _write_input(folder / name, start, count, bad_every=bad_every)
+        size = (folder / name).stat().st_size
+        tasks.append(T.SplitTask(index, index, str(folder / name), 0, size, False, "0" * 64, 1, 0x1234))
     counts = [T.parse_split(task, options=OPTIONS, target=target).to_pylist()[0] for task in tasks]
     return target, tasks, counts
+
+
+@pytest.fixture
+def parsed(tmp_path, monkeypatch):
+    """Two inputs whose timestamps interleave, parsed into scratch files with small row groups."""
+    monkeypatch.setattr(T, "SCRATCH_ROW_GROUP_ROWS", 16)
+    monkeypatch.setattr(T, "NARROW_ROW_GROUP_ROWS", 8)
+    return _parse_inputs(tmp_path, {"a.jsonl": (1_000, 120, 25), "b.jsonl": (1_001, 90, 40)})
 
 
 def test_a_split_writes_its_messages_narrow_rows_and_rejected_lines(parsed):
@@ -136,3 +144,42 @@ def test_fetch_refuses_a_placement_listing_lines_the_scratch_lacks(parsed):
     placement = pa.table({"split": pa.array([0], pa.int32()), "source_line": pa.array([25], pa.int64())})
     with pytest.raises(RuntimeError, match="lacks lines"):
         T.fetch_messages(placement, lambda split: pq.ParquetFile(storage.file_path(target.scratch_file(split))))
+
+
+@pytest.mark.parametrize("partitions", [1, 3, 7])
+def test_ranges_gather_every_narrow_row_once_in_append_order(tmp_path, monkeypatch, partitions):
+    """Three files whose timestamps tie (ties go by file, then line) and interleave, in row groups of 8 rows."""
+    monkeypatch.setattr(T, "NARROW_ROW_GROUP_ROWS", 8)
+    target, tasks, _ = _parse_inputs(
+        tmp_path, {"a.jsonl": (1_000, 120, 25), "b.jsonl": (1_000, 90, 40), "c.jsonl": (1_101, 60, 1000)}
+    )
+    storage = target.storage()
+    files = [target.narrow_file(task.index) for task in tasks]
+    narrow = pa.concat_tables(pq.read_table(storage.file_path(path)) for path in files)
+    assert all(pq.ParquetFile(storage.file_path(path)).num_row_groups > 3 for path in files)
+    bounds = T.append_order_bounds([pq.read_metadata(storage.file_path(path)) for path in files], partitions)
+    assert len(bounds) == partitions - 1 and bounds == sorted(bounds)
+
+    counts = [
+        T.stats_rows(
+            T.order_partition(
+                partition,
+                bounds=bounds,
+                narrow_files=files,
+                target=target,
+                queue_counts=OPTIONS.queue_counts,
+                default_queue_count=None,
+            )
+        )
+        for partition in range(partitions)
+    ]
+    ordered = [pa.Table.from_batches(T.read_ordered(target, p), schema=T.NARROW_SCHEMA) for p in range(partitions)]
+    expected = narrow.sort_by([(name, "ascending") for name in T.APPEND_ORDER])
+    assert pa.concat_tables(ordered).equals(expected)
+    for partition, rows in enumerate(ordered):
+        stamps = rows.column("store_timestamp").to_pylist()
+        assert all(bounds[partition - 1] <= t for t in stamps) if partition else True
+        assert all(t < bounds[partition] for t in stamps) if partition < len(bounds) else True
+    messages = [row.value for rows in counts for row in rows if row.kind == "messages"]
+    assert messages == [rows.num_rows for rows in ordered]
+    assert max(messages) <= 1.5 * narrow.num_rows / partitions  # about equal ranges

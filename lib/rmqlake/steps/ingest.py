@@ -110,8 +110,10 @@ def _refuse_when_disk_full(state: dict, settings: Settings) -> None:
 def _fingerprints(spark, files: list[InputFile]) -> list[Fingerprint]:
     if len(files) == 1 or sum(f.size for f in files) < 64 * 1024 * 1024:
         return [fingerprint(f) for f in files]
-    # hash in parallel; one small result per file
-    rdd = spark.sparkContext.parallelize(files, min(len(files), 64))
+    # Hash in parallel, one small result per file; a few files per task, as a Python task costs ~50 ms however
+    # little it does.
+    context = spark.sparkContext
+    rdd = context.parallelize(files, min(len(files), 4 * context.defaultParallelism))
     return sorted(rdd.map(fingerprint).collect(), key=lambda f: f.path)
 
 
@@ -172,7 +174,7 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     # 1. read and parse: messages and their narrow rows to scratch files, rejected lines to staging
     with stages("read and parse") as note:
         tasks = _split_tasks(spark, new, split_bytes=settings.ingest.split_bytes)
-        per_file = _parse_splits(spark, tasks, options=options, target=target)
+        per_file, ordered_splits = _parse_splits(spark, tasks, options=options, target=target)
         rows_in = sum(r["lines"] for r in per_file.values())
         rejected_count = sum(r["rejected"] for r in per_file.values())
         note.update(rows=rows_in, messages=rows_in - rejected_count, rejected=rejected_count, files=len(new))
@@ -185,14 +187,10 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     partitions = settings.ingest.sort_partitions or max(
         settings.spark.shuffle_partitions, math.ceil(sum(f.size for f in new) / (128 * 1024 * 1024))
     )
-    queue_counts, default_count = options.queue_counts, options.default_queue_count
     stats = []  # a batch of rejected lines only places nothing
     if messages:
         with stages("sort into append order") as note:
-            ordered = T.order_for_append(_read_narrow(spark, lake, target), partitions=partitions)
-            stats = T.partition_stats(
-                ordered, queue_counts=queue_counts, default_queue_count=default_count, target=target
-            ).collect()
+            stats = _order(spark, target, ordered_splits, partitions=partitions, options=options)
             note.update(rows=messages, partitions=partitions)
     with stages("plan offsets") as note:
         plan = _plan(spark, target, stats, settings, start_offset, heads, rr_counters, options, partitions)
@@ -355,8 +353,11 @@ def _split_tasks(spark, files: list[Fingerprint], *, split_bytes: int) -> list[T
     return tasks
 
 
-def _parse_splits(spark, tasks: list[T.SplitTask], *, options: ParseOptions, target: T.IngestTarget) -> dict:
-    """One task per split (``transforms.ingest.parse_split``); lines and rejected lines per input file."""
+def _parse_splits(spark, tasks: list[T.SplitTask], *, options: ParseOptions, target: T.IngestTarget):
+    """One task per split (``transforms.ingest.parse_split``).
+
+    Returns lines and rejected lines per input file, and the splits that hold messages (they have narrow files).
+    """
     # spark.range with as many partitions as splits: exactly one split per task (hashing would pile some up).
     frame = spark.range(0, len(tasks), 1, len(tasks))
     by_index = {task.index: task for task in tasks}
@@ -367,20 +368,36 @@ def _parse_splits(spark, tasks: list[T.SplitTask], *, options: ParseOptions, tar
                 yield T.parse_split(by_index[index], options=options, target=target)
 
     per_file: dict[str, dict] = {}
+    with_messages = []
     for row in frame.mapInArrow(parse, T.PARSED_COUNTS_DDL).collect():
         totals = per_file.setdefault(by_index[row["split"]].path, {"lines": 0, "rejected": 0})
         totals["lines"] += row["lines"]
         totals["rejected"] += row["rejected"]
-    return per_file
+        if row["lines"] > row["rejected"]:
+            with_messages.append(row["split"])
+    return per_file, sorted(with_messages)
 
 
-def _read_narrow(spark, lake: Lake, target: T.IngestTarget):
-    """The narrow rows the parse wrote (Spark reads only these small files)."""
-    schema = ", ".join(f"{field.name} {_DDL_TYPES[field.type]}" for field in T.NARROW_SCHEMA)
-    return spark.read.schema(schema).parquet(lake.storage.uri(target.narrow_dir))
+def _order(spark, target: T.IngestTarget, splits: list[int], *, partitions: int, options: ParseOptions) -> list:
+    """Range bounds from the narrow files' footers, then ``transforms.ingest.order_partition`` per range."""
+    storage = target.storage()
+    narrow_files = [target.narrow_file(split) for split in splits]
+    footers = [pq.read_metadata(storage.file_path(path), filesystem=storage.fs) for path in narrow_files]
+    bounds = T.append_order_bounds(footers, partitions)
+    queue_counts, default_count = options.queue_counts, options.default_queue_count
 
+    def order(partition: int) -> list[T.StatsRow]:
+        counts = T.order_partition(
+            partition,
+            bounds=bounds,
+            narrow_files=narrow_files,
+            target=target,
+            queue_counts=queue_counts,
+            default_queue_count=default_count,
+        )
+        return T.stats_rows(counts)
 
-_DDL_TYPES = {pa.int32(): "int", pa.int64(): "bigint", pa.string(): "string"}
+    return spark.sparkContext.parallelize(range(partitions), partitions).flatMap(order).collect()
 
 
 def _place_and_write(spark, *, partitions: int, plan: T.AppendPlan, options, segment_size: int, tasks, target):
