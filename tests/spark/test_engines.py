@@ -87,3 +87,20 @@ def test_delta_spark_engine_writes_the_same_tables(spark, tmp_path):
         rows = {e: sorted(map(str, lake.read_arrow(table).to_pylist())) for e, lake in lakes.items()}
         assert rows["delta-rs"] == rows["delta-spark"], table
     assert lakes["delta-spark"].engine.transaction_version("commitlog", "rmqlake.ledger") == 1
+
+
+def test_python_workers_keep_their_zip_importers(spark):
+    """In Spark's own Python workers (pyspark.zip and py4j's zip on their path) the importers are kept once
+    rmqlake is imported, so the per-task invalidation does not re-read the archives."""
+
+    def kept(_):
+        import sys
+        import zipimport
+
+        import rmqlake  # noqa: F401  (what every rmqlake task imports first)
+
+        importers = [f for f in sys.path_importer_cache.values() if isinstance(f, zipimport.zipimporter)]
+        return [len(importers), all("invalidate_caches" in vars(f) for f in importers)]
+
+    results = spark.sparkContext.parallelize(range(4), 4).map(kept).collect()
+    assert all(count >= 1 and all_kept for count, all_kept in results)

@@ -41,6 +41,7 @@ def parse(doc, options=OPTIONS):
         ({**GOOD, "bornTimestamp": "1700000000000"}, "field 'bornTimestamp' must be an integer, got str"),
         ({**GOOD, "bornTimestamp": True}, "field 'bornTimestamp' must be an integer, got bool"),
         ({**GOOD, "bornTimestamp": -1}, "field 'bornTimestamp' = -1 is outside 0.."),
+        ({**GOOD, "bornTimestamp": 2**63 - 1}, "is past the year 9999, so no UNIQ_KEY can be generated"),
         ({**GOOD, "body": 5}, "field 'body' must be a string, got int"),
         ({**GOOD, "flag": 2**31}, "field 'flag' = 2147483648 is outside -2147483648..2147483647"),
         ({**GOOD, "topic": "Orders/EU"}, "topic 'Orders/EU' has characters outside"),
