@@ -204,12 +204,14 @@ class _Block:
         where = np.flatnonzero(quoted)
         quoted[where] = (data[offsets[where]] == _QUOTE) & (data[offsets[where + 1] - 1] == _QUOTE)
         self.mark(~quoted)  # absent, null, not a string: the per-line parser says why
-        if quoted.all() and b"\\" not in joined and joined.count(b'"') == 2 * self.count:
+        stripped = joined.replace(b'"', b"") if quoted.all() and b"\\" not in joined else None
+        if stripped is not None and len(stripped) == len(joined) - 2 * self.count:
             # Every body is a JSON string without escapes, so without a quote inside: dropping every quote
             # leaves the bodies back to back (a plain copy; slicing each value costs several times more).
             body_offsets = (offsets - 2 * np.arange(self.count + 1)).astype(np.int32)
-            data = pa.py_buffer(joined.replace(b'"', b""))
-            bodies = pa.Array.from_buffers(pa.binary(), self.count, [None, pa.py_buffer(body_offsets), data])
+            bodies = pa.Array.from_buffers(
+                pa.binary(), self.count, [None, pa.py_buffer(body_offsets), pa.py_buffer(stripped)]
+            )
         else:
             literal = pa.Array.from_buffers(
                 pa.binary(), self.count, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(joined)]
@@ -246,18 +248,30 @@ class _Block:
                     self.slow[position] = True
 
     def _base64_bodies(self, bodies: pa.Array, rows: np.ndarray) -> pa.Array:
-        positions = np.flatnonzero(rows)
-        decoded = []
-        for position, text in zip(positions.tolist(), bodies.take(pa.array(positions)).to_pylist(), strict=True):
+        """``bodies`` with the base64 text of ``rows`` decoded: the runs of other bodies are copied as they are."""
+        offsets = _offsets(bodies)
+        lengths = np.diff(offsets)
+        data = bodies.buffers()[2]
+        view = memoryview(data if data is not None else b"")
+        pieces = []
+        copied_to = int(offsets[0])
+        for position in np.flatnonzero(rows).tolist():
+            start, end = int(offsets[position]), int(offsets[position + 1])
+            pieces.append(view[copied_to:start])
             try:
-                decoded.append(base64.b64decode(text, validate=True))
+                decoded = base64.b64decode(view[start:end], validate=True)
             except (binascii.Error, ValueError):
                 self.slow[position] = True
-                decoded.append(b"")
-        # the decoded bodies appended, then taken in their lines' places
-        place = np.arange(len(bodies))
-        place[positions] = len(bodies) + np.arange(len(positions))
-        return pa.concat_arrays([bodies, pa.array(decoded, pa.binary())]).take(pa.array(place))
+                decoded = b""
+            pieces.append(decoded)
+            lengths[position] = len(decoded)
+            copied_to = end
+        pieces.append(view[copied_to : int(offsets[-1])])
+        new_offsets = np.zeros(len(bodies) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=new_offsets[1:])
+        return pa.Array.from_buffers(
+            pa.binary(), len(bodies), [None, pa.py_buffer(new_offsets), pa.py_buffer(b"".join(pieces))]
+        )
 
     def _keys(self, out: dict, topic_info: dict) -> tuple[pa.Array, np.ndarray]:
         values = self.column("keys")

@@ -94,6 +94,8 @@ def test_placer_continues_round_robin_queue_offsets_and_rolls_across_batches():
         columns = {name: batch.column(name) for name in batch.schema.names}
         columns["split"] = pa.array([7] * batch.num_rows, pa.int32())
         columns["source_line"] = pa.array(lines, pa.int64())
+        columns["scratch_batch"] = pa.array([0] * batch.num_rows, pa.int32())
+        columns["scratch_row"] = pa.array(range(batch.num_rows), pa.int32())
         return pa.RecordBatch.from_pydict(columns)
 
     first = placer.place(narrow(_batch(["T"], [None], [0], [50]), [1]))

@@ -70,7 +70,7 @@ def _parse_inputs(root, inputs: dict[str, tuple[int, int, int]]):
 @pytest.fixture
 def parsed(tmp_path, monkeypatch):
     """Two inputs whose timestamps interleave, parsed into scratch files with small row groups."""
-    monkeypatch.setattr(T, "SCRATCH_ROW_GROUP_ROWS", 16)
+    monkeypatch.setattr(T, "SCRATCH_BATCH_ROWS", 16)
     monkeypatch.setattr(T, "NARROW_ROW_GROUP_ROWS", 8)
     return _parse_inputs(tmp_path, {"a.jsonl": (1_000, 120, 25), "b.jsonl": (1_001, 90, 40)})
 
@@ -81,13 +81,20 @@ def test_a_split_writes_its_messages_narrow_rows_and_rejected_lines(parsed):
     storage = target.storage()
     listed = [entry.path for entry in storage.list_files(target.scratch_dir)]
     assert listed == [
-        "messages/split-000000.parquet",
-        "messages/split-000001.parquet",
+        "messages/split-000000.arrow",
+        "messages/split-000001.arrow",
         "narrow/split-000000.parquet",
         "narrow/split-000001.parquet",
     ]  # no temporary files left
-    scratch = pq.ParquetFile(storage.file_path(target.scratch_file(0)))
-    assert scratch.metadata.num_rows == 116 and scratch.metadata.num_row_groups > 1
+    scratch = pa.ipc.open_file(storage.open_mapped(target.scratch_file(0)))
+    assert scratch.num_record_batches == 8 and scratch.read_all().column("source_line").to_pylist() == [
+        line for line in range(1, 121) if line % 25
+    ]
+    narrow = pq.read_table(storage.file_path(target.narrow_file(0)))
+    places = list(zip(narrow.column("scratch_batch").to_pylist(), narrow.column("scratch_row").to_pylist()))
+    assert [scratch.get_batch(b).column("source_line")[r].as_py() for b, r in places] == narrow.column(
+        "source_line"
+    ).to_pylist()  # each narrow row says where its message is
     rejected = pq.read_table(storage.file_path(f"{target.rejected_dir}/part-000000-r1.parquet"))
     assert rejected.column("source_line").to_pylist() == [25, 50, 75, 100]
     assert set(rejected.column("reason").to_pylist()) == {
@@ -141,9 +148,16 @@ def test_a_partition_is_placed_fetched_and_written_in_offset_order(parsed):
 def test_fetch_refuses_a_placement_listing_lines_the_scratch_lacks(parsed):
     target, _, _ = parsed
     storage = target.storage()
-    placement = pa.table({"split": pa.array([0], pa.int32()), "source_line": pa.array([25], pa.int64())})
-    with pytest.raises(RuntimeError, match="lacks lines"):
-        T.fetch_messages(placement, lambda split: pq.ParquetFile(storage.file_path(target.scratch_file(split))))
+    placement = pa.table(
+        {
+            "split": pa.array([0], pa.int32()),
+            "source_line": pa.array([25], pa.int64()),  # a rejected line: no message
+            "scratch_batch": pa.array([1], pa.int32()),
+            "scratch_row": pa.array([8], pa.int32()),
+        }
+    )
+    with pytest.raises(RuntimeError, match="do not hold the lines"):
+        T.fetch_messages(placement, lambda split: pa.ipc.open_file(storage.open_mapped(target.scratch_file(split))))
 
 
 @pytest.mark.parametrize("partitions", [1, 3, 7])

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 
@@ -46,6 +47,12 @@ class Storage:
 
     def _path(self, relative: str) -> str:
         return "/".join([self._base, relative.strip("/")]) if relative else self._base
+
+    def open_mapped(self, relative: str):
+        """A file for random reads: memory-mapped on a local disk (reads cost no copy), else the filesystem's."""
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            return pa.memory_map(self._path(relative))
+        return self.fs.open_input_file(self._path(relative))
 
     def exists(self, relative: str) -> bool:
         return self.fs.get_file_info(self._path(relative)).type != pafs.FileType.NotFound

@@ -215,13 +215,16 @@ NARROW_SCHEMA = pa.schema(
         ("queue_id", pa.int32()),
         ("sys_flag", pa.int32()),
         ("total_size", pa.int32()),
+        ("scratch_batch", pa.int32()),  # where the message is in its split's scratch file: batch, row in the batch
+        ("scratch_row", pa.int32()),
     ]
 )
 PARSED_COUNTS_DDL = "split int, lines bigint, rejected bigint"
 # A split's messages as kept between the parse and the write: everything but the file (one per split) and
-# the raw text (only rejected lines keep it).
+# the raw text (only rejected lines keep it). An Arrow IPC file: written and read back (memory-mapped) at the
+# speed of a copy, where Parquet encodes and decodes every value; the write task reads the batches it needs.
 SCRATCH_COLUMNS = ["source_line", *_MESSAGE_NAMES]
-SCRATCH_ROW_GROUP_ROWS = 2048  # the write task reads whole row groups: small ones waste little at its edges
+SCRATCH_BATCH_ROWS = 2048
 NARROW_ROW_GROUP_ROWS = 8192  # ~300 KB: the unit the ordering step reads, and the grain of its range bounds
 
 
@@ -261,7 +264,7 @@ class IngestTarget:
         return Storage(self.lake_root, self.storage_options)
 
     def scratch_file(self, split: int) -> str:
-        return f"{self.scratch_dir}/messages/split-{split:06d}.parquet"
+        return f"{self.scratch_dir}/messages/split-{split:06d}.arrow"
 
     def narrow_file(self, split: int) -> str:
         return f"{self.scratch_dir}/narrow/split-{split:06d}.parquet"
@@ -287,15 +290,7 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
     """
     use_task_memory_pool()
     storage = target.storage()
-    # Uncompressed: the files are read once, soon, by this run; statistics only where row groups are chosen.
-    scratch = _AtomicParquet(
-        storage,
-        target.scratch_file(task.index),
-        row_group_size=SCRATCH_ROW_GROUP_ROWS,
-        compression="none",
-        use_dictionary=False,
-        write_statistics=["source_line"],
-    )
+    scratch = _AtomicArrowFile(storage, target.scratch_file(task.index))
     narrow: list[pa.RecordBatch] = []
     rejected: list[pa.RecordBatch] = []
     first_line = task.first_line
@@ -314,8 +309,9 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
             parsed.filter(pc.invert(is_rejected)) if parsed.column("reject_reason").null_count < len(parsed) else parsed
         )
         if valid.num_rows:
-            scratch.write(valid.select(SCRATCH_COLUMNS))
-            narrow.append(_narrow_rows(valid, task))
+            first_batch = scratch.batches
+            scratch.write(valid.select(SCRATCH_COLUMNS), max_rows=SCRATCH_BATCH_ROWS)
+            narrow.append(_narrow_rows(valid, task, first_batch=first_batch))
         if parsed.num_rows != valid.num_rows:
             rejected.append(parsed.filter(is_rejected).select(["source_file", "source_line", "raw", "reject_reason"]))
     scratch.close()
@@ -333,8 +329,9 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
     )
 
 
-def _narrow_rows(parsed: pa.RecordBatch, task: SplitTask) -> pa.RecordBatch:
+def _narrow_rows(parsed: pa.RecordBatch, task: SplitTask, *, first_batch: int) -> pa.RecordBatch:
     count = parsed.num_rows
+    row = np.arange(count, dtype=np.int32)
     return pa.RecordBatch.from_arrays(
         [
             pa.array(np.full(count, task.index, np.int32)),
@@ -345,6 +342,8 @@ def _narrow_rows(parsed: pa.RecordBatch, task: SplitTask) -> pa.RecordBatch:
             parsed.column("queue_id"),
             parsed.column("sys_flag"),
             parsed.column("total_size"),
+            pa.array(first_batch + row // SCRATCH_BATCH_ROWS),
+            pa.array(row % SCRATCH_BATCH_ROWS),
         ],
         schema=NARROW_SCHEMA,
     )
@@ -387,6 +386,37 @@ def _write_rejected(storage: Storage, target: IngestTarget, split: int, pieces: 
     )
     writer.write(table)
     writer.close()
+
+
+class _AtomicArrowFile:
+    """An Arrow IPC file written under a hidden temporary name and moved into place when closed."""
+
+    def __init__(self, storage: Storage, relative: str):
+        self.storage = storage
+        self.relative = relative
+        folder, name = relative.rsplit("/", 1)
+        self.temporary = f"{folder}/.{name}.{uuid.uuid4().hex[:12]}.tmp"
+        self.batches = 0
+        self._stream = None
+        self._writer = None
+
+    def write(self, batch: pa.RecordBatch, *, max_rows: int) -> None:
+        """Append ``batch`` as batches of ``max_rows`` rows (the last one shorter)."""
+        if self._writer is None:
+            path = self.storage.file_path(self.temporary)
+            self.storage.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            self._stream = self.storage.fs.open_output_stream(path)
+            self._writer = pa.ipc.new_file(self._stream, batch.schema)
+        for start in range(0, batch.num_rows, max_rows):
+            self._writer.write_batch(batch.slice(start, max_rows))
+            self.batches += 1
+
+    def close(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._stream.close()
+        self.storage.move(self.temporary, self.relative)
 
 
 class _AtomicParquet:
@@ -794,6 +824,8 @@ PLACEMENT_SCHEMA = pa.schema(
     [
         ("split", pa.int32()),
         ("source_line", pa.int64()),
+        ("scratch_batch", pa.int32()),
+        ("scratch_row", pa.int32()),
         ("physical_offset", pa.int64()),
         ("queue_id", pa.int32()),
         ("queue_offset", pa.int64()),
@@ -824,6 +856,8 @@ class PartitionPlacer:
             [
                 batch.column("split"),
                 batch.column("source_line"),
+                batch.column("scratch_batch"),
+                batch.column("scratch_row"),
                 pa.array(placement.offsets, pa.int64()),
                 pa.array(queue_ids, pa.int32()),
                 pa.array(queue_offsets, pa.int64()),
@@ -854,49 +888,38 @@ _DICTIONARY_COLUMNS = [
 ]
 
 
-def fetch_messages(placement: pa.Table, read_scratch: Callable[[int], pq.ParquetFile]) -> pa.Table:
+def fetch_messages(placement: pa.Table, open_scratch: Callable[[int], pa.ipc.RecordBatchFileReader]) -> pa.Table:
     """The scratch rows (``SCRATCH_COLUMNS``) of the placed lines, in placement order.
 
-    Each split's file is read only in the row groups holding its lines
-    (row-group statistics of ``source_line``; lines are in file order).
+    Each split's file is read only in the batches holding its lines (the
+    narrow rows say which batch and row); a check of the lines found
+    against the lines wanted guards against a mix-up.
     """
     splits = placement.column("split").to_numpy()
-    lines = placement.column("source_line").to_numpy()
-    by_split = np.lexsort((lines, splits))
-    pieces, take = [], np.empty(len(lines), dtype=np.int64)
+    batches = placement.column("scratch_batch").to_numpy()
+    rows = placement.column("scratch_row").to_numpy()
+    pieces, take = [], np.empty(len(splits), dtype=np.int64)
     base = 0
-    boundaries = np.flatnonzero(np.diff(splits[by_split])) + 1
-    for run in np.split(by_split, boundaries) if len(by_split) else []:
-        split = int(splits[run[0]])
-        wanted = lines[run]
-        scratch = read_scratch(split)
-        groups = _row_groups_holding(scratch.metadata, wanted)
-        table = scratch.read_row_groups(groups, columns=SCRATCH_COLUMNS)
-        found = table.column("source_line").to_numpy()
-        index = np.searchsorted(found, wanted)
-        if len(found) == 0 or index.max() >= len(found) or not np.array_equal(found[index], wanted):
-            raise RuntimeError(f"scratch file of split {split} lacks lines the placement lists")
-        take[run] = base + index
-        base += table.num_rows
-        pieces.append(table)
+    for split in np.unique(splits).tolist():
+        mine = np.flatnonzero(splits == split)
+        wanted, where = np.unique(batches[mine], return_inverse=True)
+        scratch = open_scratch(split)
+        read = [scratch.get_batch(int(index)) for index in wanted]
+        starts = np.cumsum([0] + [batch.num_rows for batch in read[:-1]])
+        take[mine] = base + starts[where] + rows[mine]
+        base += sum(batch.num_rows for batch in read)
+        pieces.extend(read)
     if not pieces:
         return pa.table({name: pa.array([], type) for name, type in _SCRATCH_FIELDS})
-    return pa.concat_tables(pieces).take(pa.array(take))
+    # One chunk first: a take across many small batches costs about twice the copy (measured).
+    messages = pa.Table.from_batches(pieces).combine_chunks().take(pa.array(take))
+    found = messages.column("source_line").to_numpy()
+    if not np.array_equal(found, placement.column("source_line").to_numpy()):
+        raise RuntimeError("the scratch files do not hold the lines the placement lists where it says")
+    return messages
 
 
 _SCRATCH_FIELDS = [("source_line", pa.int64()), *_MESSAGE_FIELDS]
-
-
-def _row_groups_holding(metadata: pq.FileMetaData, lines: np.ndarray) -> list[int]:
-    column = metadata.schema.names.index("source_line")
-    groups = []
-    for group in range(metadata.num_row_groups):
-        stats = metadata.row_group(group).column(column).statistics
-        low = np.searchsorted(lines, stats.min, side="left")
-        high = np.searchsorted(lines, stats.max, side="right")
-        if high > low:
-            groups.append(group)
-    return groups
 
 
 def commitlog_rows(messages: pa.Table, placement: pa.Table, *, segment_size: int, source_file, batch_id: str):
@@ -949,11 +972,11 @@ def write_partition(
     placement = pa.Table.from_batches(placed, schema=PLACEMENT_SCHEMA)
     storage = target.storage()
 
-    def read_scratch(split: int) -> pq.ParquetFile:
-        return pq.ParquetFile(storage.file_path(target.scratch_file(split)), filesystem=storage.fs)
+    def open_scratch(split: int) -> pa.ipc.RecordBatchFileReader:
+        return pa.ipc.open_file(storage.open_mapped(target.scratch_file(split)))
 
     with _gc_paused():
-        messages = fetch_messages(placement, read_scratch)
+        messages = fetch_messages(placement, open_scratch)
         starts, table = commitlog_rows(
             messages, placement, segment_size=segment_size, source_file=files.__getitem__, batch_id=target.batch_id
         )
