@@ -486,7 +486,7 @@ class _Block:
         combos = topic_info["code"] * 4 + born_v6 * 2 + store_v6
         for combo in np.unique(combos[~self.slow]).tolist():
             rows = combos == combo
-            first = int(np.flatnonzero(rows)[0])
+            first = int(np.flatnonzero(rows & ~self.slow)[0])  # a line left to the per-line parser may lack a topic
             length = int(topic_info["length"][first])
             is_born_v6, is_store_v6 = bool(born_v6[first]), bool(store_v6[first])
             size = parser._sizes.get((length, is_born_v6, is_store_v6))

@@ -6,9 +6,11 @@ never cross a shuffle, nor go from Python to the JVM: only a narrow row per
 line (its position, order key, topic, queue, sysFlag and size) does.
 
 1. ``parse_split`` (a task per input split): each line → record fields or a
-   reject reason. The split's messages go to a scratch Parquet file in the
-   run's staging folder, its rejected lines to the ``rejected`` table's
-   staging folder; the task returns the narrow rows.
+   reject reason (``parse_lines``: column-wise where the block allows, the
+   per-line parser for the rest). The split's messages go to a scratch
+   Arrow IPC file in the run's staging folder, its narrow rows (sorted, with
+   where each message sits in the scratch file) to a small Parquet file, its
+   rejected lines to the ``rejected`` table's staging folder.
 2. ``append_order_bounds`` (driver, from the narrow files' row-group
    statistics) and ``order_partition`` (a task per range): each range's
    narrow rows are gathered from the splits' files (sorted, so only the row
@@ -17,16 +19,16 @@ line (its position, order key, topic, queue, sysFlag and size) does.
    i+1; the same task counts them (``stats_of_partition``): message count
    and bytes, round-robin counts per topic and offset-consuming counts per
    queue. A few numbers per partition and queue, collected by the caller.
-   (Spark's own range shuffle of the narrow rows did the same in ~3x the
+   (Spark's own range shuffle of the narrow rows did the same in ~4x the
    time: a sampling job, a shuffle and a pass through Python to count.)
-4. ``plan_append`` (driver): prefix sums give each partition its starting
+3. ``plan_append`` (driver): prefix sums give each partition its starting
    queue offsets, round-robin counters and physical offset. Only a partition
    that crosses a segment end is replayed (by a one-partition job the caller
    supplies) to learn where it ends.
-5. ``write_partition`` (a task per partition): replays the partition's own
+4. ``write_partition`` (a task per partition): replays the partition's own
    rolls and queue offsets from its start, fetches its messages from the
-   scratch files (the row groups holding its lines), and writes them in
-   offset order as the commitlog's Parquet files, one per segment touched.
+   scratch files (the batches holding them), and writes them in offset
+   order as the commitlog's Parquet files, one per segment touched.
 """
 
 from __future__ import annotations
@@ -630,7 +632,7 @@ def stats_of_partition(
     queue_counts: Mapping[str, int],
     default_queue_count: int | None,
 ) -> pa.RecordBatch:
-    """Counts of one partition (see module docstring, step 3).
+    """Counts of one partition (see module docstring, step 2).
 
     Kinds: ``messages``/``bytes`` (partition totals), ``rr_total`` (round-robin
     messages per topic), ``rr_consuming`` (offset-consuming round-robin
