@@ -197,7 +197,7 @@ class LineParser:
         self._uniq_prefixes: dict[tuple[bytes, int], str] = {}
         self._sizes: dict[tuple[int, bool, bool], int] = {}
         self._key_queues: dict[tuple[str, int], int] = {}
-        self._size_limit = min(
+        self.size_limit = min(
             options.max_message_size + RECORD_OVERHEAD_ALLOWANCE, options.segment_size - END_FILE_MIN_BLANK_LENGTH
         )
 
@@ -221,7 +221,7 @@ class LineParser:
         topic = line.topic
         if topic is None:
             raise Rejection("missing required field 'topic'")
-        info = self._topics.get(topic) or self._topic(topic)
+        info = self.topic(topic)
         if info.problem:
             raise Rejection(info.problem)
         queue_count = info.queue_count
@@ -286,11 +286,11 @@ class LineParser:
                 f"field 'transaction' must be one of {', '.join(TRANSACTION_TYPES)}, got {transaction!r:.40}"
             )
         born_text = line.born_host or options.default_born_host
-        born_host = self._hosts.get(born_text) or self._host(born_text)
+        born_host = self.host(born_text)
         if born_host.problem:
             raise Rejection(born_host.problem)
         store_text = line.store_host or options.default_store_host
-        store_host = self._hosts.get(store_text) or self._host(store_text)
+        store_host = self.host(store_text)
         if store_host.problem:
             raise Rejection(store_host.problem)
 
@@ -314,12 +314,7 @@ class LineParser:
         if uniq is not None:
             _check_property_text("field 'uniqKey'", uniq)
         if not uniq:
-            prefix = self._uniq_prefixes.get((born_host.address.address, file_hash32))
-            if prefix is None:
-                prefix = uniq_key_prefix(
-                    ip=born_host.address.address, pid=file_hash32 >> 16, class_loader_hash=file_hash32
-                )
-                self._uniq_prefixes[(born_host.address.address, file_hash32)] = prefix
+            prefix = self.uniq_prefix(born_host.address.address, file_hash32)
             try:
                 month_start = month_start_millis(born_ts, options.timezone)
             except (ValueError, OverflowError):  # past the year 9999 in the zone: no calendar to count from
@@ -339,10 +334,7 @@ class LineParser:
         if options.cluster_name:
             merged[CLUSTER] = options.cluster_name
         names = tuple(merged)
-        layout = self._orders.get(names)
-        if layout is None:
-            layout = self._layout(names)
-        order, template = layout
+        order, template = self.layout(names)
         values = [merged[name] for name in order]
         properties = list(zip(order, values, strict=True))
         properties_bytes = template.format(*values).encode("utf-8")
@@ -353,11 +345,9 @@ class LineParser:
             sys_flag |= _BORN_V6
         if store_host.is_ipv6:
             sys_flag |= _STORE_V6
-        fixed = self._sizes.get((info.length, born_host.is_ipv6, store_host.is_ipv6))
-        if fixed is None:
-            fixed = self._fixed_size(info, born_host.is_ipv6, store_host.is_ipv6)
+        fixed = self.fixed_size(info, born_host.is_ipv6, store_host.is_ipv6)
         size = fixed + len(body) + len(properties_bytes)  # record_size is linear in the two lengths
-        if size > self._size_limit:
+        if size > self.size_limit:
             self._reject_size(size)
         return ParsedMessage(
             topic,
@@ -382,8 +372,34 @@ class LineParser:
             size,
         )
 
+    # -- values worked out once (also used by producer_log_block) ------------------------------
+
+    def topic(self, topic: str) -> _Topic:
+        """What the rules need of a topic: its problem if invalid, queue count, magic, UTF-8 length."""
+        return self._topics.get(topic) or self._topic(topic)
+
+    def host(self, text: str) -> _Host:
+        """A host:port as given: its address, or the problem with it."""
+        return self._hosts.get(text) or self._host(text)
+
+    def layout(self, names: tuple[str, ...]) -> tuple[list[str], str]:
+        """A property-name set (in insertion order): its storage order and serialisation template."""
+        return self._orders.get(names) or self._layout(names)
+
+    def uniq_prefix(self, address: bytes, file_hash32: int) -> str:
+        """The fixed part of a generated UNIQ_KEY for a born host's address and an input file."""
+        prefix = self._uniq_prefixes.get((address, file_hash32))
+        if prefix is None:
+            prefix = uniq_key_prefix(ip=address, pid=file_hash32 >> 16, class_loader_hash=file_hash32)
+            self._uniq_prefixes[(address, file_hash32)] = prefix
+        return prefix
+
+    def fixed_size(self, info: _Topic, born_v6: bool, store_v6: bool) -> int:
+        """The record size of a message of topic ``info`` without its body and properties."""
+        fixed = self._sizes.get((info.length, born_v6, store_v6))
+        return fixed if fixed is not None else self._fixed_size(info, born_v6, store_v6)
+
     def _layout(self, names: tuple[str, ...]) -> tuple[list[str], str]:
-        """A property-name set's storage order (HashMap iteration) and serialisation template."""
         order = [name for name, _ in hashmap_order((name, "") for name in names)]
         layout = (order, properties_template(order))
         if len(self._orders) < 65536:

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqlake.formats.javahash import java_string_hashes
-from rmqlake.formats.msgid import month_start_millis, uniq_key_prefix
+from rmqlake.formats.msgid import month_start_millis
 from rmqlake.formats.properties import (
     CLUSTER,
     KEY_SEPARATOR,
@@ -100,6 +100,8 @@ def parse_block(parser: LineParser, lines: list[bytes], *, first_line: int, file
         file_hash32: as for ``producer_log.parse_line``.
     """
     count = len(lines)
+    if not count:
+        return BlockColumns(np.zeros(0, np.int64), {}, np.zeros(0, np.int64))
     fields = []
     refused = np.zeros(count, dtype=bool)
     decode = _DECODER.decode
@@ -153,7 +155,7 @@ class _Block:
         )
         fixed = self._fixed_sizes(topic_info, born_v6, store_v6)
         size = fixed + body_length + properties_length
-        self.mark(size > self.parser._size_limit)
+        self.mark(size > self.parser.size_limit)
         out["total_size"] = pa.array(size.astype(np.int32))
 
         accepted = np.flatnonzero(~self.slow)
@@ -172,10 +174,10 @@ class _Block:
         topics = pa.array(self.column("topic"), pa.string())
         self.mark(pc.is_null(topics))
         encoded = pc.dictionary_encode(topics)
-        infos = [self.parser._topics.get(t) or self.parser._topic(t) for t in encoded.dictionary.to_pylist()]
+        infos = [self.parser.topic(t) for t in encoded.dictionary.to_pylist()]
         codes = pc.fill_null(encoded.indices, 0).to_numpy(zero_copy_only=False)
         if not infos:  # every topic is null
-            infos = [self.parser._topic("")]
+            infos = [self.parser.topic("")]
         table = {
             "problem": np.array([info.problem is not None for info in infos]),
             "queue_count": np.array([info.queue_count or 1 for info in infos], np.int64),
@@ -355,9 +357,9 @@ class _Block:
             texts = pa.array(self.column(field), pa.string())
             texts = pc.if_else(pc.fill_null(pc.greater(pc.binary_length(texts), 0), False), texts, default)
             encoded = pc.dictionary_encode(texts)
-            hosts = [self.parser._hosts.get(t) or self.parser._host(t) for t in encoded.dictionary.to_pylist()]
+            hosts = [self.parser.host(t) for t in encoded.dictionary.to_pylist()]
             codes = encoded.indices.to_numpy()
-            self.mark(np.array([host.problem is not None for host in hosts])[codes])
+            self.mark(np.array([host.problem is not None for host in hosts], dtype=bool)[codes])
             normal = pa.array([host.text for host in hosts], pa.string())
             out[field] = normal.take(encoded.indices)
             if field == "store_host":
@@ -381,12 +383,9 @@ class _Block:
         hosts, codes = born_address
         prefixes = []
         for host in hosts:
+            # a host with a problem has no address; its lines are left to the per-line parser already
             address = host.address.address if host.address is not None else b""
-            prefix = self.parser._uniq_prefixes.get((address, self.file_hash32))
-            if prefix is None:
-                prefix = uniq_key_prefix(ip=address, pid=self.file_hash32 >> 16, class_loader_hash=self.file_hash32)
-                self.parser._uniq_prefixes[(address, self.file_hash32)] = prefix
-            prefixes.append(prefix)
+            prefixes.append(self.parser.uniq_prefix(address, self.file_hash32))
         positions = np.flatnonzero(generate)
         born = out["born_timestamp"].to_numpy()[positions]
         minutes, minute_of_row = np.unique(born // 60_000, return_inverse=True)
@@ -440,7 +439,7 @@ class _Block:
             if cluster:
                 values[CLUSTER] = pa.repeat(pa.scalar(cluster, pa.string()), len(rows))
             merged = tuple(values)  # a name given twice keeps its first position and takes the last value
-            order, _ = self.parser._orders.get(merged) or self.parser._layout(merged)
+            order, _ = self.parser.layout(merged)
             parts = (
                 part for name in order for part in (f"{name}{NAME_VALUE_SEPARATOR}", values[name], PROPERTY_SEPARATOR)
             )
@@ -487,12 +486,8 @@ class _Block:
         for combo in np.unique(combos[~self.slow]).tolist():
             rows = combos == combo
             first = int(np.flatnonzero(rows & ~self.slow)[0])  # a line left to the per-line parser may lack a topic
-            length = int(topic_info["length"][first])
-            is_born_v6, is_store_v6 = bool(born_v6[first]), bool(store_v6[first])
-            size = parser._sizes.get((length, is_born_v6, is_store_v6))
-            if size is None:
-                size = parser._fixed_size(parser._topics[self.fields[first].topic], is_born_v6, is_store_v6)
-            fixed[rows] = size
+            info = parser.topic(self.fields[first].topic)
+            fixed[rows] = parser.fixed_size(info, bool(born_v6[first]), bool(store_v6[first]))
         return fixed
 
 

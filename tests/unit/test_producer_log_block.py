@@ -239,3 +239,12 @@ def test_clean_lines_are_decided_column_wise():
     )
     assert unusual.accepted.tolist() == [0, 3]
     assert unusual.undecided.tolist() == [1, 2]
+
+
+def test_an_empty_block_is_an_empty_batch():
+    batch = parse_lines([], source_file="f", first_line=1, file_hash32=HASH32, options=OPTIONS)
+    assert (
+        batch.num_rows == 0
+        and batch.schema
+        == parse_lines([line()], source_file="f", first_line=1, file_hash32=HASH32, options=OPTIONS).schema
+    )
