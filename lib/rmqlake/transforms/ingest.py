@@ -271,10 +271,6 @@ class IngestTarget:
     def narrow_file(self, split: int) -> str:
         return f"{self.scratch_dir}/narrow/split-{split:06d}.parquet"
 
-    @property
-    def narrow_dir(self) -> str:
-        return f"{self.scratch_dir}/narrow"
-
     def ordered_file(self, partition: int) -> str:
         return f"{self.scratch_dir}/ordered/part-{partition:06d}.parquet"
 
