@@ -386,14 +386,30 @@ def _write_rejected(storage: Storage, target: IngestTarget, split: int, pieces: 
     writer.close()
 
 
-class _AtomicArrowFile:
-    """An Arrow IPC file written under a hidden temporary name and moved into place when closed."""
+class _AtomicFile:
+    """A file written under a hidden temporary name and moved into place when complete: a retried task replaces
+    it, a killed one leaves only a hidden temporary file (``collect_staged`` skips those)."""
 
     def __init__(self, storage: Storage, relative: str):
         self.storage = storage
         self.relative = relative
         folder, name = relative.rsplit("/", 1)
         self.temporary = f"{folder}/.{name}.{uuid.uuid4().hex[:12]}.tmp"
+
+    def _temporary_path(self) -> str:
+        path = self.storage.file_path(self.temporary)
+        self.storage.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        return path
+
+    def _complete(self) -> None:
+        self.storage.move(self.temporary, self.relative)
+
+
+class _AtomicArrowFile(_AtomicFile):
+    """An Arrow IPC file, written batch after batch."""
+
+    def __init__(self, storage: Storage, relative: str):
+        super().__init__(storage, relative)
         self.batches = 0
         self._stream = None
         self._writer = None
@@ -401,9 +417,7 @@ class _AtomicArrowFile:
     def write(self, batch: pa.RecordBatch, *, max_rows: int) -> None:
         """Append ``batch`` as batches of ``max_rows`` rows (the last one shorter)."""
         if self._writer is None:
-            path = self.storage.file_path(self.temporary)
-            self.storage.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            self._stream = self.storage.fs.open_output_stream(path)
+            self._stream = self.storage.fs.open_output_stream(self._temporary_path())
             self._writer = pa.ipc.new_file(self._stream, batch.schema)
         for start in range(0, batch.num_rows, max_rows):
             self._writer.write_batch(batch.slice(start, max_rows))
@@ -414,17 +428,14 @@ class _AtomicArrowFile:
             return
         self._writer.close()
         self._stream.close()
-        self.storage.move(self.temporary, self.relative)
+        self._complete()
 
 
-class _AtomicParquet:
-    """A Parquet file written under a hidden temporary name and moved into place when closed."""
+class _AtomicParquet(_AtomicFile):
+    """A Parquet file, written table after table in row groups of ``row_group_size`` rows."""
 
     def __init__(self, storage: Storage, relative: str, *, row_group_size: int, **writer_options):
-        self.storage = storage
-        self.relative = relative
-        folder, name = relative.rsplit("/", 1)
-        self.temporary = f"{folder}/.{name}.{uuid.uuid4().hex[:12]}.tmp"
+        super().__init__(storage, relative)
         self.row_group_size = row_group_size
         self.writer_options = writer_options
         self.writer: pq.ParquetWriter | None = None
@@ -433,16 +444,16 @@ class _AtomicParquet:
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         if self.writer is None:
-            path = self.storage.file_path(self.temporary)
-            self.storage.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            self.writer = pq.ParquetWriter(path, table.schema, filesystem=self.storage.fs, **self.writer_options)
+            self.writer = pq.ParquetWriter(
+                self._temporary_path(), table.schema, filesystem=self.storage.fs, **self.writer_options
+            )
         self.writer.write_table(table, row_group_size=self.row_group_size)
 
     def close(self) -> None:
         if self.writer is None:
             return
         self.writer.close()
-        self.storage.move(self.temporary, self.relative)
+        self._complete()
 
 
 # -- step 2: range partitions in append order ----------------------------------------------
