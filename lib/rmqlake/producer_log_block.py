@@ -56,6 +56,7 @@ _BODY_OFFSETS_LIMIT = 2**31 - 1  # int32 offsets of a binary array
 _CALENDAR_SAFE_MS = 253_370_764_800_000  # 9999-01-01T00:00Z: month starts are known in every zone before it
 _ARROW_REFUSED = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError)
 
+# The Arrow type of each message column, in ``ParsedMessage``'s field order (the per-line rows are zipped by position).
 MESSAGE_TYPES = {
     "topic": pa.string(),
     "queue_id": pa.int32(),

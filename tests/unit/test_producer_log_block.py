@@ -248,3 +248,10 @@ def test_an_empty_block_is_an_empty_batch():
         and batch.schema
         == parse_lines([line()], source_file="f", first_line=1, file_hash32=HASH32, options=OPTIONS).schema
     )
+
+
+def test_message_columns_follow_the_parsed_message_fields():
+    from rmqlake.producer_log import ParsedMessage
+    from rmqlake.producer_log_block import MESSAGE_TYPES
+
+    assert list(MESSAGE_TYPES) == list(ParsedMessage._fields)

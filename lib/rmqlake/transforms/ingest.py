@@ -55,35 +55,14 @@ from rmqlake.inputs import Split, iter_split_line_blocks
 from rmqlake.lake.storage import Storage
 from rmqlake.lake.tables import COMMITLOG, REJECTED
 from rmqlake.producer_log import ParseOptions, Rejection, line_parser
-from rmqlake.producer_log_block import BlockColumns, parse_block
+from rmqlake.producer_log_block import MESSAGE_TYPES, BlockColumns, parse_block
 
 log = logging.getLogger(__name__)
 
 # file_rank: the input file's position in path order, so ordering by it orders by path.
 APPEND_ORDER = ("store_timestamp", "file_rank", "source_line")
 
-_MESSAGE_FIELDS = [
-    ("topic", pa.string()),
-    ("queue_id", pa.int32()),
-    ("flag", pa.int32()),
-    ("sys_flag", pa.int32()),
-    ("magic", pa.int32()),
-    ("born_timestamp", pa.int64()),
-    ("born_host", pa.string()),
-    ("store_timestamp", pa.int64()),
-    ("store_host", pa.string()),
-    ("store_host_prefix", pa.string()),
-    ("reconsume_times", pa.int32()),
-    ("prepared_transaction_offset", pa.int64()),
-    ("body", pa.binary()),
-    ("body_crc", pa.int32()),
-    ("properties", pa.map_(pa.string(), pa.string())),
-    ("properties_bytes", pa.binary()),
-    ("keys", pa.list_(pa.field("element", pa.string()))),
-    ("tags", pa.string()),
-    ("uniq_key", pa.string()),
-    ("total_size", pa.int32()),
-]
+_MESSAGE_FIELDS = list(MESSAGE_TYPES.items())  # a ParsedMessage's fields, in its order
 PARSED_SCHEMA = pa.schema(
     [
         ("source_file", pa.string()),
