@@ -12,8 +12,17 @@ export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 DEMO_DIR ?= demo-data
 DEMO_MESSAGES ?= 50000
+# Pinned jars, fetched once by Maven into a git-ignored folder: the Delta Lake
+# Spark extension (jars/pom.xml) and the real RocketMQ the interop tests run
+# (tests/interop/pom.xml), plus the interop harness compiled against it.
+JARS := .jars
+JARS_STAMP := $(JARS)/.fetched
+HARNESS_STAMP := $(JARS)/interop-classes/.compiled
+HARNESS_SOURCES := $(wildcard tests/interop/java/*.java)
+MVN := mvn -q -B -Dstyle.color=never
+MVN_FAILED := echo "make jars: Maven could not fetch the pinned jars (is Maven Central reachable?). They are needed once; later runs reuse $(JARS)/." >&2; exit 1
 
-.PHONY: help venv demo test cluster-test lint bench package lock clean airflow
+.PHONY: help venv jars demo test interop cluster-test lint bench package lock clean airflow
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,13 +36,32 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 
 venv: $(STAMP) ## create .venv with the pinned dependencies
 
+$(JARS_STAMP): jars/pom.xml tests/interop/pom.xml
+	@command -v mvn >/dev/null || { echo "make jars: Maven (mvn) is not installed; it fetches the pinned jars once." >&2; exit 1; }
+	rm -rf $(JARS)/delta $(JARS)/rocketmq
+	$(MVN) -f jars/pom.xml dependency:copy-dependencies -DexcludeTransitive=true \
+	  -DoutputDirectory=$(CURDIR)/$(JARS)/delta || { $(MVN_FAILED); }
+	$(MVN) -f tests/interop/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(CURDIR)/$(JARS)/rocketmq || { $(MVN_FAILED); }
+	@touch $@
+
+$(HARNESS_STAMP): $(JARS_STAMP) $(HARNESS_SOURCES)
+	rm -rf $(JARS)/interop-classes && mkdir -p $(JARS)/interop-classes
+	$(if $(HARNESS_SOURCES),$(JAVA_HOME)/bin/javac -nowarn -d $(JARS)/interop-classes -cp '$(JARS)/rocketmq/*' $(HARNESS_SOURCES))
+	@touch $@
+
+jars: $(HARNESS_STAMP) ## fetch the pinned Delta and RocketMQ jars (Maven) into .jars/ and compile the interop harness
+
 demo: $(STAMP) ## generate ~50k messages, run the jobs into ./lake, print where to look
 	$(BIN)/python -m rmqlake.demo --env local --data $(DEMO_DIR) --messages $(DEMO_MESSAGES)
 
-test: $(STAMP) ## run the test suite (unit, Spark, end to end, Airflow); the cluster test is separate
+test: $(STAMP) $(HARNESS_STAMP) ## run the test suite (unit, Spark, end to end, Airflow); the cluster test is separate
 	$(BIN)/python -m pytest -q -m "not cluster"
 
-cluster-test: $(STAMP) ## every job on a local Spark standalone cluster (master + 2 workers) vs the local run
+interop: $(STAMP) $(HARNESS_STAMP) ## only the tests where a real RocketMQ (store, broker, consumer) judges the lake
+	$(BIN)/python -m pytest -q -m interop tests/interop
+
+cluster-test: $(STAMP) $(HARNESS_STAMP) ## every job on a local Spark standalone cluster (master + 2 workers) vs the local run
 	$(BIN)/python -m pytest -q -m cluster tests/cluster
 
 lint: $(STAMP) ## ruff check and format check
@@ -73,4 +101,4 @@ lock: ## re-freeze constraints.txt from a fresh install of requirements.txt
 	rm -rf .venv-lock
 
 clean: ## remove the virtualenv, demo data, lake and build outputs
-	rm -rf $(VENV) $(DEMO_DIR) lake dist build lib/*.egg-info .pytest_cache .airflow-test .airflow-home
+	rm -rf $(VENV) $(JARS) $(DEMO_DIR) lake dist build lib/*.egg-info .pytest_cache .airflow-test .airflow-home
