@@ -57,10 +57,12 @@ def test_corrupt_records_are_reported_with_file_and_offset_and_the_walk_goes_on(
     broken[8] ^= 0x01  # BODYCRC
     path.write_bytes(bytes(broken) + second + bytes(64))
     rows = [r for b in store_files.read_segment_file(str(path), start_offset=0) for r in b.to_pylist()]
+    end = len(first) + len(second)
     assert [r["corrupt_reason"] for r in rows] == [
-        f"{path} at offset 0: body CRC mismatch: stored {int.from_bytes(broken[8:12], 'big', signed=True)}, "
+        f"{path} at offset 0 (bytes 0-{len(first)}, {len(first)} bytes): body CRC mismatch: "
+        f"stored {int.from_bytes(broken[8:12], 'big', signed=True)}, "
         f"computed {int.from_bytes(first[8:12], 'big', signed=True)}",
-        f"{path} at offset {len(first)}: PHYSICALOFFSET field is 226",
+        f"{path} at offset {len(first)} (bytes {len(first)}-{end}, {len(second)} bytes): PHYSICALOFFSET field is 226",
     ]
     garbage = tmp_path / "00000000000000001024"
     garbage.write_bytes(b"\x00\x00\x00\x30\x12\x34\x56\x78" + bytes(100))  # unknown magic: the size is not trusted

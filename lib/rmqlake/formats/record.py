@@ -6,12 +6,14 @@ by the magic code: V1 stores the topic length in one byte, V2 in a short.
 
 from __future__ import annotations
 
+import ipaddress
 import struct
 from dataclasses import dataclass, replace
 
 from rmqlake.formats.crc import body_crc as compute_body_crc
 from rmqlake.formats.hosts import HostAddress, decode_host
 from rmqlake.formats.javahash import utf16_length
+from rmqlake.formats.topic import topic_error
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -215,7 +217,12 @@ class BlankRecord:
 
 
 class CorruptRecordError(ValueError):
-    """A record cannot be decoded: bad magic, truncated, or size mismatch."""
+    """A record cannot be decoded: bad magic, truncated, or size mismatch.
+
+    ``total_size`` is set only when the record's size can be trusted (its
+    TOTALSIZE agrees with the size formula, only the body CRC is wrong), so
+    a reader may skip exactly that record; otherwise it is ``None``.
+    """
 
     def __init__(self, reason: str, *, position: int, total_size: int | None = None):
         super().__init__(f"{reason} at position {position}")
@@ -235,7 +242,9 @@ def decode_record(buf: bytes | memoryview, position: int = 0, *, check_crc: bool
         CorruptRecordError: fewer bytes than TOTALSIZE, an unknown magic, a
             TOTALSIZE that disagrees with the size formula ("size mismatch",
             ``total_size`` set so a reader can skip it), or a body CRC
-            mismatch when ``check_crc``.
+            mismatch when ``check_crc``. Only a CRC mismatch carries
+            ``total_size``: in the other cases TOTALSIZE itself may be the
+            damaged field.
     """
     available = len(buf) - position
     if available < 8:
@@ -245,17 +254,17 @@ def decode_record(buf: bytes | memoryview, position: int = 0, *, check_crc: bool
         return BlankRecord(physical_offset=position, total_size=total_size)
     if magic not in (MAGIC_V1, MAGIC_V2):
         raise CorruptRecordError(f"unknown magic code 0x{magic & 0xFFFFFFFF:08X}", position=position)
-    if total_size <= 0 or total_size > available:
+    if total_size <= 0:
+        raise CorruptRecordError(f"TOTALSIZE {total_size} is not a record size", position=position)
+    if total_size > available:
         raise CorruptRecordError(f"TOTALSIZE {total_size} exceeds the {available} bytes available", position=position)
     try:
         record = _decode_fields(buf, position, total_size, magic)
     except (struct.error, UnicodeDecodeError, IndexError) as exc:
-        raise CorruptRecordError(f"unreadable record ({exc})", position=position, total_size=total_size) from None
+        raise CorruptRecordError(f"unreadable record ({exc})", position=position) from None
     if record.computed_size() != total_size:
         raise CorruptRecordError(
-            f"size mismatch: TOTALSIZE {total_size}, fields add up to {record.computed_size()}",
-            position=position,
-            total_size=total_size,
+            f"size mismatch: TOTALSIZE {total_size}, fields add up to {record.computed_size()}", position=position
         )
     if check_crc and compute_body_crc(record.body) != record.body_crc:
         raise CorruptRecordError(
@@ -318,3 +327,27 @@ def _decode_fields(buf, position: int, total_size: int, magic: int) -> Record:
         body_crc=crc,
         total_size=total_size,
     )
+
+
+MAX_PORT = 65535
+
+
+def record_error(record: Record) -> str | None:
+    """Why a decoded record cannot be kept and written back byte for byte, or ``None`` when it can.
+
+    The topic must pass the topic rules (it names folders of the store),
+    ports must be 0..65535, an IPv6 field must not hold an IPv4-mapped
+    address (its text form reads back as IPv4, an 8-byte field) and the
+    queue id must not be negative.
+    """
+    problem = topic_error(record.topic)
+    if problem:
+        return problem
+    if record.queue_id < 0:
+        return f"queue id {record.queue_id} is negative"
+    for name, host in (("born host", record.born_host), ("store host", record.store_host)):
+        if not 0 <= host.port <= MAX_PORT:
+            return f"{name} port {host.port} is outside 0..{MAX_PORT}"
+        if host.is_ipv6 and ipaddress.IPv6Address(host.address).ipv4_mapped is not None:
+            return f"{name} {host.text} is an IPv4-mapped address in an IPv6 field; it would be written back as IPv4"
+    return None

@@ -284,11 +284,11 @@ def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerpr
             f"the lake at {run.lake.root} already holds a commitlog; import-store needs an empty lake (--lake)"
         )
     stages = Stages(log)
-    tasks = [(str(root / "commitlog" / name), int(name)) for name in names]
+    tasks = [(str(root / "commitlog" / name), int(name), name == names[-1]) for name in names]
     with stages("read commitlog files") as note:
         rows = (
             spark.sparkContext.parallelize(tasks, len(tasks))
-            .toDF("path string, start_offset bigint")
+            .toDF("path string, start_offset bigint, last boolean")
             .mapInArrow(_read_files, store_files.IMPORTED.spark_schema)
             .persist()
         )
@@ -305,7 +305,12 @@ def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerpr
                     F.lit(run.run_id).alias("batch_id"),
                     "source_file",
                     "source_line",
-                    F.concat(F.lit("offset "), F.col("physical_offset").cast("string")).alias("raw"),
+                    F.concat(
+                        F.lit("bytes "),
+                        F.col("physical_offset").cast("string"),
+                        F.lit("-"),
+                        (F.col("physical_offset") + F.col("total_size")).cast("string"),
+                    ).alias("raw"),
                     F.col("corrupt_reason").alias("reason"),
                     F.current_timestamp().alias("rejected_at"),
                 ),
@@ -351,8 +356,9 @@ def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerpr
 
 def _read_files(batches):
     for batch in batches:
-        for path, start in zip(batch.column("path").to_pylist(), batch.column("start_offset").to_pylist(), strict=True):
-            yield from store_files.read_segment_file(path, start_offset=start)
+        columns = (batch.column(name).to_pylist() for name in ("path", "start_offset", "last"))
+        for path, start, last in zip(*columns, strict=True):
+            yield from store_files.read_segment_file(path, start_offset=start, last=last)
 
 
 def _totals(messages) -> dict:
