@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -19,6 +18,7 @@ import msgspec
 from rmqlake.formats.crc import body_crc
 from rmqlake.formats.hosts import HostAddress, parse_host
 from rmqlake.formats.javahash import select_queue_by_hash
+from rmqlake.formats.json_text import JsonTextError, loads_strict
 from rmqlake.formats.msgid import month_start_millis, offset_msg_id_prefix, uniq_key_prefix, uniq_key_tail
 from rmqlake.formats.properties import (
     CLUSTER,
@@ -456,10 +456,15 @@ class LineParser:
         )
 
 
+# msgspec raises UnicodeDecodeError for bad UTF-8 in a string, RecursionError for deep nesting (where depends on
+# the stack): the json route then decides, with a fixed nesting limit.
+DECODE_REFUSED = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+
+
 def _decode_typed(raw: bytes | str) -> LineFields | None:
     try:
         return _DECODER.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec raises the latter for bad UTF-8 in a string
+    except DECODE_REFUSED:
         return None
 
 
@@ -515,10 +520,12 @@ def _fields_from_json(raw: bytes | str) -> LineFields:
         text = raw
     if not text.strip():
         raise Rejection("empty line")
+    if text.startswith("\ufeff"):
+        raise Rejection("line starts with a UTF-8 byte order mark, which is skipped only at the start of a file")
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise Rejection(f"malformed JSON: {exc.msg} (column {exc.colno})") from None
+        doc = loads_strict(text)
+    except JsonTextError as exc:
+        raise Rejection(_json_problem(exc, text)) from None
     if not isinstance(doc, dict):
         raise Rejection(f"a line must be a JSON object, got {type(doc).__name__}")
     return LineFields(
@@ -539,6 +546,14 @@ def _fields_from_json(raw: bytes | str) -> LineFields:
         uniq_key=_str_field(doc, "uniqKey"),
         properties=_properties_field(doc),
     )
+
+
+def _json_problem(exc: JsonTextError, text: str) -> str:
+    if exc.path:
+        inside = "".join(f"[{part!r}]" for part in exc.path[1:])
+        return f"field '{exc.path[0]}'{inside} is {exc.reason}"
+    where = exc.where(text)
+    return f"malformed JSON: {exc.reason} (column {where[1]})" if where else exc.reason
 
 
 def _int_field(doc: dict, name: str) -> int | None:

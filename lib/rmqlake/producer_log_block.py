@@ -27,7 +27,6 @@ import zlib
 from dataclasses import dataclass
 from operator import attrgetter
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,7 +44,7 @@ from rmqlake.formats.properties import (
     UNIQ_KEY,
 )
 from rmqlake.formats.record import TRANSACTION_TYPES
-from rmqlake.producer_log import _DECODER, JAVA_INT_MAX, JAVA_INT_MIN, LineFields, LineParser
+from rmqlake.producer_log import _DECODER, DECODE_REFUSED, JAVA_INT_MAX, JAVA_INT_MIN, LineFields, LineParser
 
 _ABSENT = LineFields()  # stands in for a line msgspec refused, so every column has a value per line
 _SEPARATORS = f"[{NAME_VALUE_SEPARATOR}{PROPERTY_SEPARATOR}]"
@@ -109,7 +108,7 @@ def parse_block(parser: LineParser, lines: list[bytes], *, first_line: int, file
     for position, raw in enumerate(lines):
         try:
             fields.append(decode(raw))
-        except (msgspec.DecodeError, UnicodeDecodeError):
+        except DECODE_REFUSED:
             fields.append(_ABSENT)
             refused[position] = True
     try:

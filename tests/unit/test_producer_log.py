@@ -72,6 +72,41 @@ def test_bad_lines_are_rejected_with_a_reason(line, reason):
         parse(line)
 
 
+DEEP = b"[" * 1000 + b"]" * 1000
+LONG_INTEGER = b"9" * 4301  # one digit more than int() converts by default
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ({**GOOD, "topic": "Orders\n"}, r"topic 'Orders\\n' has characters outside"),  # "$" matches before a final \n
+        ({**GOOD, "bornHost": "1.2.3.4:\u0668\u0660"}, "host port must be a number of ASCII digits"),
+        ({**GOOD, "storeHost": "2001:db8::1:80"}, r"an IPv6 host must be written '\[ipv6\]:port' \(with brackets\)"),
+        (b'{"topic": "Orders", "body": "x", "bornTimestamp": ' + LONG_INTEGER + b"}", "field 'bornTimestamp' is an "),
+        (
+            b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": [1, ' + LONG_INTEGER + b"]}",
+            r"field 'extra'\[1\] is an integer of 4301 digits, more than the 4300 that can be read",
+        ),
+        (b'{"topic": "Orders", "body": ' + LONG_INTEGER + b', "bornTimestamp": 5}', "field 'body' is an integer"),
+        (b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": ' + DEEP + b"}", "JSON nested too deeply"),
+        (b'{"topic": "Orders", "body": ' + DEEP + b', "bornTimestamp": 5}', "JSON nested too deeply"),
+        (b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "properties": ' + DEEP + b"}", "nested too deeply"),
+        (b"[" * 5000, "JSON nested too deeply: more than 100 levels"),
+        (b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": NaN}', r"NaN is not JSON"),
+        (b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "flag": -Infinity}', r"-Infinity is not JSON"),
+        (b'\xef\xbb\xbf{"topic": "Orders", "body": "x", "bornTimestamp": 5}', "byte order mark"),
+    ],
+)
+def test_hostile_lines_are_rejected_not_raised(line, reason):
+    with pytest.raises(Rejection, match=reason):
+        parse(line)
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    body = "[" * 500 + '"{' * 200
+    assert parse({**GOOD, "body": body, "extra": {"a": [[1]]}}).body == body.encode()
+
+
 def test_unknown_topic_is_rejected_only_without_auto_create():
     assert parse({**GOOD, "topic": "NewTopic"}).topic == "NewTopic"
     strict = ParseOptions(**{**OPTIONS.__dict__, "default_queue_count": None})
@@ -118,7 +153,7 @@ EQUIVALENT_LINES = [
     json.dumps({**GOOD, "body": "aGVsbG8", "bodyEncoding": "base64"}).encode(),  # bad base64
     json.dumps({**GOOD, "body": None}).encode(),
     b'{"topic": "Orders", "topic": "Profiles", "keys": "k", "body": "x", "bornTimestamp": 5}',  # last name wins
-    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": NaN}',  # json accepts NaN in an unknown field
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": NaN}',  # NaN is not JSON, even where ignored
     b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": "\xff"}',  # bad UTF-8 in a skipped field
     b'{"topic": "Orders", "body": "\xe9", "bornTimestamp": 5}',  # bad UTF-8 in the body
     b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": "\\ud800"}',  # lone surrogate, unknown field

@@ -141,6 +141,19 @@ CORNER_LINES = [
     b'{"topic": "Orders", "body": "x"',
     b"",
     b"[1]",
+    # hostile input: each must be a reject with the same reason on both routes, never an exception
+    line(topic="Orders\n"),
+    line(bornHost="1.2.3.4:\u0668\u0660"),
+    line(storeHost="2001:db8::1:80"),
+    line(bornHost="[fe80::1%eth0]:80"),
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": ' + b"9" * 4301 + b"}",
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": ' + b"9" * 4301 + b"}",
+    b'{"topic": "Orders", "body": ' + b"[" * 1000 + b"]" * 1000 + b', "bornTimestamp": 5}',
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": ' + b'{"a":' * 1000 + b"1" + b"}" * 1000 + b"}",
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "keys": ' + b"[" * 1000 + b"]" * 1000 + b"}",
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": NaN}',
+    b'{"topic": "Orders", "body": "x", "bornTimestamp": Infinity}',
+    b'\xef\xbb\xbf{"topic": "Orders", "body": "x", "bornTimestamp": 5}',
 ]
 
 

@@ -48,9 +48,11 @@ class HostAddress:
 
 @lru_cache(maxsize=4096)
 def parse_host(text: str) -> HostAddress:
-    """Parse ``ip:port``, ``[ipv6]:port`` or Java's ``ipv6:port`` form.
+    """Parse ``ip:port`` (IPv4) or ``[ipv6]:port``.
 
-    An IPv4-mapped IPv6 address (``::ffff:a.b.c.d``) becomes IPv4, as Java's
+    An IPv6 address must be in brackets: without them its last group cannot
+    be told from the port. The port is 1 to 5 ASCII digits. An IPv4-mapped
+    IPv6 address (``[::ffff:a.b.c.d]``) becomes IPv4, as Java's
     ``InetAddress`` turns it into an ``Inet4Address`` (so the broker would
     write an 8-byte field and no IPv6 sysFlag bit).
 
@@ -58,25 +60,29 @@ def parse_host(text: str) -> HostAddress:
         ValueError: the text is not an address with a port in 0..65535.
     """
     if not isinstance(text, str) or not text:
-        raise ValueError(f"host must be 'ip:port', got {text!r}")
+        raise ValueError(f"host must be 'ip:port', got {text!r:.80}")
     if text.startswith("["):
         close = text.find("]")
         if close < 0 or text[close + 1 : close + 2] != ":":
-            raise ValueError(f"host must be '[ipv6]:port', got {text!r}")
+            raise ValueError(f"host must be '[ipv6]:port', got {text!r:.80}")
         addr_text, port_text = text[1:close], text[close + 2 :]
     else:
         addr_text, sep, port_text = text.rpartition(":")
         if not sep:
-            raise ValueError(f"host must be 'ip:port', got {text!r}")
-    if not port_text.isdigit():
-        raise ValueError(f"host port must be a number, got {text!r}")
+            raise ValueError(f"host must be 'ip:port', got {text!r:.80}")
+        if ":" in addr_text:
+            raise ValueError(f"an IPv6 host must be written '[ipv6]:port' (with brackets), got {text!r:.80}")
+    if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5):
+        raise ValueError(f"host port must be a number of ASCII digits 0..65535, got {text!r:.80}")
     port = int(port_text)
     if port > 65535:
-        raise ValueError(f"host port must be 0..65535, got {port} in {text!r}")
+        raise ValueError(f"host port must be 0..65535, got {port} in {text!r:.80}")
+    if "%" in addr_text:
+        raise ValueError(f"host address has an IPv6 zone id, which a store record cannot hold: {text!r:.80}")
     try:
         address = ipaddress.ip_address(addr_text)
     except ValueError:
-        raise ValueError(f"host address is not an IPv4 or IPv6 address: {text!r}") from None
+        raise ValueError(f"host address is not an IPv4 or IPv6 address: {text!r:.80}") from None
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return HostAddress(address.packed, port)

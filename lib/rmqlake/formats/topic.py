@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+VALID_TOPIC = re.compile(r"[%|a-zA-Z0-9_-]+")  # used with fullmatch: "$" would also match before a final newline
 TOPIC_MAX_LENGTH = 127
 RETRY_TOPIC_PREFIX = "%RETRY%"
 RETRY_TOPIC_MAX_BYTES = 255
@@ -13,13 +13,14 @@ RETRY_TOPIC_MAX_BYTES = 255
 def topic_error(topic: object) -> str | None:
     """Why ``topic`` cannot be stored, or ``None`` when it can.
 
-    Characters must match ``^[%|a-zA-Z0-9_-]+$``; the UTF-8 length must be at
-    most 127 bytes, except for ``%RETRY%`` topics, which may reach 255 (and
-    are then stored with the V2 magic).
+    Every character must be one of ``[%|a-zA-Z0-9_-]`` (so a trailing newline
+    is refused too); the UTF-8 length must be at most 127 bytes, except for
+    ``%RETRY%`` topics, which may reach 255 (and are then stored with the V2
+    magic).
     """
     if not isinstance(topic, str) or not topic.strip():
         return "topic is blank"
-    if not VALID_TOPIC.match(topic):
+    if not VALID_TOPIC.fullmatch(topic):
         return f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]"
     length = len(topic.encode("utf-8"))
     if topic.startswith(RETRY_TOPIC_PREFIX):
