@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import io
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlparse
@@ -25,6 +26,19 @@ from rmqlake.errors import InputError
 
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
 _READ_BLOCK = 8 * 1024 * 1024
+UTF8_BOM = b"\xef\xbb\xbf"
+_GZIP_DAMAGE = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+class DamagedInput(InputError):
+    """A compressed file ends early or is corrupt. Every complete line before the damage has been read;
+    ``tail`` holds the bytes of the incomplete line where reading stopped."""
+
+    def __init__(self, path: str, detail: str, *, tail: bytes):
+        super().__init__(f"{path}: the gzip data ends early or is damaged ({detail})")
+        self.path = path
+        self.detail = detail
+        self.tail = tail
 
 
 @dataclass(frozen=True)
@@ -92,11 +106,13 @@ def resolve_inputs(pattern: str) -> list[InputFile]:
                 raise InputError(f"input folder {pattern} holds no {'/'.join(INPUT_SUFFIXES)} files")
         elif os.path.isfile(local):
             found = [local]
+        elif os.path.islink(local):
+            found = [local]  # a dangling link: refused below, by name
         else:
-            found = [p for p in glob.glob(local, recursive=True) if os.path.isfile(p)]
+            found = [p for p in glob.glob(local, recursive=True) if os.path.isfile(p) or os.path.islink(p)]
             if not found:
                 raise InputError(f"no input file matches {pattern}")
-        return [InputFile(os.path.abspath(p), os.path.getsize(p)) for p in sorted(found)]
+        return [_local_input(p) for p in sorted(found)]
     filesystem, root = pafs.FileSystem.from_uri(
         pattern.split("*", 1)[0].rsplit("/", 1)[0] if "*" in pattern else pattern
     )
@@ -118,6 +134,17 @@ def resolve_inputs(pattern: str) -> list[InputFile]:
     if not files:
         raise InputError(f"no input file matches {pattern}")
     return sorted(files, key=lambda f: f.path)
+
+
+def _local_input(path: str) -> InputFile:
+    """An input file found on the local disk, checked to be a readable file (a link must lead to one)."""
+    if os.path.islink(path) and not os.path.exists(path):
+        raise InputError(f"input {path} is a symbolic link to {os.readlink(path)}, which does not exist")
+    if not os.path.isfile(path):
+        raise InputError(f"input {path} is not a regular file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"input {path} cannot be read (permission denied)")
+    return InputFile(os.path.abspath(path), os.path.getsize(path))
 
 
 def open_binary(path: str, *, compressed: bool = False, offset: int = 0):
@@ -168,7 +195,12 @@ def iter_split_line_blocks(split: Split, *, block_bytes: int = _READ_BLOCK) -> I
     A split that does not start the file first skips to the end of the line
     that crosses its start (that line belongs to the previous split); the
     last line is read to its end even past ``split.end``. Blocks are cut
-    with ``bytes.split``, so no Python code runs per line.
+    with ``bytes.split``, so no Python code runs per line. A UTF-8 byte
+    order mark at the start of the file is skipped.
+
+    Raises:
+        DamagedInput: a gzip file ends early or is corrupt, after the lines
+            before the damage were yielded.
     """
     with open_binary(split.path, compressed=split.compressed, offset=max(split.start - 1, 0)) as handle:
         position = max(split.start - 1, 0)
@@ -176,18 +208,55 @@ def iter_split_line_blocks(split: Split, *, block_bytes: int = _READ_BLOCK) -> I
             position += len(handle.readline())  # ends at the first newline at or after start-1
         while split.compressed or position < split.end:
             wanted = block_bytes if split.compressed else max(1, min(block_bytes, split.end - position))
-            block = handle.read(wanted)
+            try:
+                block = handle.read(wanted)
+                if block and not block.endswith(b"\n"):
+                    block += handle.readline()  # finish the line that starts inside the block
+            except _GZIP_DAMAGE as exc:
+                yield from _lines_before_damage(split.path, position, exc, block_bytes)  # ends raising DamagedInput
+                return
             if not block:
                 break
-            if not block.endswith(b"\n"):
-                block += handle.readline()  # finish the line that starts inside the block
+            first = position == 0
             position += len(block)
-            lines = block.split(b"\n")
-            if block.endswith(b"\n"):
-                lines.pop()
-            if b"\r" in block:
-                lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
-            yield lines
+            if first and block.startswith(UTF8_BOM):
+                block = block[len(UTF8_BOM) :]
+            yield _split_lines(block)
+
+
+def _split_lines(block: bytes) -> list[bytes]:
+    lines = block.split(b"\n")
+    if block.endswith(b"\n"):
+        lines.pop()
+    if b"\r" in block:
+        lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
+    return lines
+
+
+def _lines_before_damage(path: str, done: int, damage: Exception, block_bytes: int) -> Iterator[list[bytes]]:
+    """The complete lines of a damaged gzip file after its first ``done`` bytes, then ``DamagedInput``.
+
+    A buffered read that meets the damage loses what it decompressed in that call, so the file is read again
+    from its start in small steps that each keep their bytes.
+    """
+    pending: list[bytes] = []
+    skip = done
+    with open_binary(path, compressed=True) as handle:
+        try:
+            while chunk := handle.read1(block_bytes):
+                if skip:
+                    dropped = min(skip, len(chunk))
+                    chunk, skip = chunk[dropped:], skip - dropped
+                pending.append(chunk)
+        except _GZIP_DAMAGE:
+            pass
+    data = b"".join(pending)
+    if done == 0 and data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM) :]
+    cut = data.rfind(b"\n") + 1
+    if cut:
+        yield _split_lines(data[:cut])
+    raise DamagedInput(path, str(damage) or type(damage).__name__, tail=data[cut:])
 
 
 def count_split_lines(split: Split) -> int:

@@ -197,3 +197,25 @@ def test_ranges_gather_every_narrow_row_once_in_append_order(tmp_path, monkeypat
     messages = [row.value for rows in counts for row in rows if row.kind == "messages"]
     assert messages == [rows.num_rows for rows in ordered]
     assert max(messages) <= 1.5 * narrow.num_rows / partitions  # about equal ranges
+
+
+def test_a_truncated_gzip_input_keeps_its_lines_and_rejects_where_it_breaks(tmp_path):
+    import gzip
+
+    lines = [json.dumps({"topic": "Orders", "body": f"m{i}", "bornTimestamp": 1_000 + i}) for i in range(3000)]
+    packed = gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0)
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(packed[: len(packed) // 2])
+    target = _target(tmp_path)
+    task = T.SplitTask(0, 0, str(path), 0, path.stat().st_size, True, "0" * 64, 1, 0x1234)
+    counts = T.parse_split(task, options=OPTIONS, target=target).to_pylist()[0]
+    storage = target.storage()
+    kept = pa.ipc.open_file(storage.open_mapped(target.scratch_file(0))).read_all().column("source_line").to_pylist()
+    assert 0 < len(kept) < 3000 and kept == list(range(1, len(kept) + 1))
+    assert counts == {"split": 0, "lines": len(kept) + 1, "rejected": 1}  # lines in = messages + rejected
+    rejected = pq.read_table(storage.file_path(f"{target.rejected_dir}/part-000000-r1.parquet")).to_pylist()
+    assert [(r["source_file"], r["source_line"]) for r in rejected] == [(str(path), len(kept) + 1)]
+    assert rejected[0]["reason"].startswith(
+        "the gzip data ends early or is damaged (Compressed file ended before the end-of-stream marker was reached)"
+    )
+    assert lines[len(kept)].startswith(rejected[0]["raw"])

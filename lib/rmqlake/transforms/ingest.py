@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 from rmqlake.formats.msgid import offset_msg_ids_with_prefix
 from rmqlake.formats.record import consumes_queue_offsets
 from rmqlake.formats.segment import next_segment_start, place_records, segment_file_name, segment_start
-from rmqlake.inputs import Split, iter_split_line_blocks
+from rmqlake.inputs import DamagedInput, Split, iter_split_line_blocks
 from rmqlake.lake.storage import Storage
 from rmqlake.lake.tables import COMMITLOG, REJECTED
 from rmqlake.producer_log import ParseOptions, Rejection, line_parser
@@ -271,26 +271,33 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
     narrow: list[pa.RecordBatch] = []
     rejected: list[pa.RecordBatch] = []
     first_line = task.first_line
-    for lines in iter_split_line_blocks(task.split):
-        parsed = parse_lines(
-            lines,
-            source_file=task.path,
-            first_line=first_line,
-            file_hash32=task.hash32,
-            options=options,
-        )
-        first_line += len(lines)
-        is_rejected = pc.is_valid(parsed.column("reject_reason"))
-        # Filtering copies every column, bodies included: only when the block has rejected lines.
-        valid = (
-            parsed.filter(pc.invert(is_rejected)) if parsed.column("reject_reason").null_count < len(parsed) else parsed
-        )
-        if valid.num_rows:
-            first_batch = scratch.batches
-            scratch.write(valid.select(SCRATCH_COLUMNS), max_rows=SCRATCH_BATCH_ROWS)
-            narrow.append(_narrow_rows(valid, task, first_batch=first_batch))
-        if parsed.num_rows != valid.num_rows:
-            rejected.append(parsed.filter(is_rejected).select(["source_file", "source_line", "raw", "reject_reason"]))
+    try:
+        for lines in iter_split_line_blocks(task.split):
+            parsed = parse_lines(
+                lines,
+                source_file=task.path,
+                first_line=first_line,
+                file_hash32=task.hash32,
+                options=options,
+            )
+            first_line += len(lines)
+            is_rejected = pc.is_valid(parsed.column("reject_reason"))
+            # Filtering copies every column, bodies included: only when the block has rejected lines.
+            valid = (
+                parsed.filter(pc.invert(is_rejected))
+                if parsed.column("reject_reason").null_count < len(parsed)
+                else parsed
+            )
+            if valid.num_rows:
+                first_batch = scratch.batches
+                scratch.write(valid.select(SCRATCH_COLUMNS), max_rows=SCRATCH_BATCH_ROWS)
+                narrow.append(_narrow_rows(valid, task, first_batch=first_batch))
+            if parsed.num_rows != valid.num_rows:
+                rejected.append(parsed.filter(is_rejected).select(REJECTED_LINE_COLUMNS))
+    except DamagedInput as damage:
+        # the lines before the damage are read; the damage itself is one rejected line, where reading stopped
+        rejected.append(damaged_input_row(damage, source_line=first_line))
+        first_line += 1
     scratch.close()
     if narrow:
         _write_narrow(storage, target.narrow_file(task.index), narrow)
@@ -303,6 +310,23 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
             "rejected": [sum(piece.num_rows for piece in rejected)],
         },
         schema=pa.schema([("split", pa.int32()), ("lines", pa.int64()), ("rejected", pa.int64())]),
+    )
+
+
+REJECTED_LINE_COLUMNS = ["source_file", "source_line", "raw", "reject_reason"]
+_RAW_TAIL_CHARS = 4096
+
+
+def damaged_input_row(damage: DamagedInput, *, source_line: int) -> pa.RecordBatch:
+    """The rejected row that stands for the damaged end of a compressed file (its incomplete last line as raw)."""
+    reason = (
+        f"the gzip data ends early or is damaged ({damage.detail}); the lines before this one were read, "
+        "this line and anything after it are lost"
+    )
+    raw = damage.tail.decode("utf-8", "replace")[:_RAW_TAIL_CHARS]
+    return pa.RecordBatch.from_pylist(
+        [{"source_file": damage.path, "source_line": source_line, "raw": raw, "reject_reason": reason}],
+        schema=pa.schema([PARSED_SCHEMA.field(name) for name in REJECTED_LINE_COLUMNS]),
     )
 
 
