@@ -21,9 +21,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rmqlake.errors import ConfigError
 from rmqlake.formats.hosts import parse_host
+from rmqlake.formats.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from rmqlake.formats.topic import topic_error
 
 INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+# A JVM heap size as both -Xmx and Spark read it: digits and a unit (without one, -Xmx counts bytes, Spark MiB).
+_JVM_MEMORY = re.compile(r"([1-9][0-9]{0,9})([kmgt])", re.IGNORECASE)
+_MIB = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+DRIVER_MEMORY_MIN_MIB = 512  # Spark refuses a driver heap under 450 MiB (300 MiB reserved x 1.5)
 
 
 class _Section(BaseModel):
@@ -36,8 +42,8 @@ class StoreSettings(_Section):
     commitlog_segment_size: int = Field(1073741824, ge=1024, le=INT_MAX)
     max_message_size: int = Field(4194304, ge=1, le=INT_MAX)
     cq_units_per_file: int = Field(300000, ge=1, le=INT_MAX // 20)
-    index_slots: int = Field(5000000, ge=1)
-    index_max_entries: int = Field(20000000, ge=2)
+    index_slots: int = Field(5000000, ge=1, le=INT_MAX)
+    index_max_entries: int = Field(20000000, ge=2, le=INT_MAX)
     message_index_enable: bool = True
     compaction_cq_file_size: int = Field(10485760, ge=46, le=INT_MAX)
 
@@ -55,14 +61,14 @@ class StoreSettings(_Section):
 class RetentionSettings(_Section):
     """File deletion rules (CleanCommitLogService)."""
 
-    file_reserved_hours: int = Field(72, ge=0)
+    file_reserved_hours: int = Field(72, ge=0, le=INT_MAX)
     delete_when: str = "04"
     disk_max_used_ratio: float = Field(0.75, ge=0, le=1)
     disk_clean_forcibly_ratio: float = Field(0.85, ge=0, le=1)
     disk_warning_ratio: float = Field(0.90, ge=0, le=1)
-    disk_capacity_bytes: int = Field(536870912000, ge=1)
-    disk_other_used_bytes: int = Field(0, ge=0)
-    max_segments_per_run: int = Field(10, ge=1)
+    disk_capacity_bytes: int = Field(536870912000, ge=1, le=LONG_MAX)
+    disk_other_used_bytes: int = Field(0, ge=0, le=LONG_MAX)
+    max_segments_per_run: int = Field(10, ge=1, le=INT_MAX)
     clean_file_forcibly_enable: bool = True
     refuse_on_data_loss: bool = False
 
@@ -71,7 +77,7 @@ class RetentionSettings(_Section):
     def _hours(cls, value: Any) -> str:
         text = str(value).strip()
         hours = [part.strip() for part in text.split(";")]
-        if not text or any(not re.fullmatch(r"\d{1,2}", h) or int(h) > 23 for h in hours):
+        if not text or any(not re.fullmatch(r"[0-9]{1,2}", h) or int(h) > 23 for h in hours):
             raise ValueError('must be hours of day 00-23 separated by \';\' (e.g. "04" or "04;16")')
         return text
 
@@ -93,6 +99,16 @@ class BrokerSettings(_Section):
             raise ValueError(
                 f"must be an IANA time zone name such as 'UTC' or 'Asia/Shanghai', got {value!r}"
             ) from None
+        return value
+
+    @field_validator("cluster_name")
+    @classmethod
+    def _storable(cls, value: str) -> str:
+        if NAME_VALUE_SEPARATOR in value or PROPERTY_SEPARATOR in value:
+            raise ValueError(
+                "must not contain the property separators 0x01 or 0x02: it is stored in every message's CLUSTER "
+                "property"
+            )
         return value
 
 
@@ -122,6 +138,13 @@ class LakeSettings(_Section):
     vacuum_retention_hours: float = Field(168.0, ge=0)
     vacuum_below_delta_retention: bool = False
 
+    @field_validator("root")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value or "\x00" in value:
+            raise ValueError("must be a folder path or object-store URI (not empty, no NUL character)")
+        return value
+
     @model_validator(mode="after")
     def _deliberate_short_vacuum(self) -> LakeSettings:
         if self.vacuum_retention_hours < DELTA_DELETED_FILE_RETENTION_HOURS and not self.vacuum_below_delta_retention:
@@ -138,9 +161,19 @@ class SparkSettings(_Section):
 
     master: str = "local[2]"
     app_name: str = "rmqlake"
-    shuffle_partitions: int = Field(4, ge=1)
+    shuffle_partitions: int = Field(4, ge=1, le=INT_MAX)
     driver_memory: str = "2g"
     conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("driver_memory")
+    @classmethod
+    def _jvm_memory(cls, value: str) -> str:
+        match = _JVM_MEMORY.fullmatch(value)
+        if match is None:
+            raise ValueError("must be a JVM memory size: digits and a unit k, m, g or t, such as 512m or 2g")
+        if int(match.group(1)) * _MIB[match.group(2).lower()] < DRIVER_MEMORY_MIN_MIB:
+            raise ValueError(f"must be at least {DRIVER_MEMORY_MIN_MIB}m: Spark's driver refuses a heap under 450 MiB")
+        return value
 
     @field_validator("conf")
     @classmethod
@@ -157,9 +190,9 @@ class SparkSettings(_Section):
 class IngestSettings(_Section):
     """How ingest reads and splits its input."""
 
-    split_bytes: int = Field(128 * 1024 * 1024, ge=1024)
-    sort_partitions: int | None = Field(None, ge=1)
-    log_rejects: int = Field(20, ge=0)
+    split_bytes: int = Field(128 * 1024 * 1024, ge=1024, le=LONG_MAX)
+    sort_partitions: int | None = Field(None, ge=1, le=INT_MAX)
+    log_rejects: int = Field(20, ge=0, le=INT_MAX)
     write_when_disk_full: bool = False
 
 
@@ -218,13 +251,22 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"configuration file {path} does not exist") from None
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"configuration file {path} is not valid YAML: {exc}") from None
+    except _YAML_REFUSED as exc:
+        raise ConfigError(f"configuration file {path} is not valid YAML: {_yaml_problem(exc)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"configuration file {path} must hold a mapping at the top, found {type(data).__name__}")
     return data
+
+
+# PyYAML raises more than YAMLError: ValueError for an integer longer than int() reads, RecursionError when nested
+# deeper than the stack allows.
+_YAML_REFUSED = (yaml.YAMLError, ValueError, RecursionError)
+
+
+def _yaml_problem(exc: Exception) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
 
 
 def _merge(base: dict[str, Any], overlay: Mapping[str, Any], source: str, sources: dict[str, str], prefix=""):
@@ -256,7 +298,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(f"--set expects key.path=value, got {text!r}")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except _YAML_REFUSED:
         value = raw
     return key.split("."), value
 
@@ -307,6 +349,8 @@ def load_settings(
         return Settings.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, sources)) from None
+    except RecursionError:
+        raise ConfigError("invalid configuration: a value is nested too deeply") from None
 
 
 def _describe(exc: ValidationError, sources: Mapping[str, str]) -> str:
@@ -321,9 +365,14 @@ def _describe(exc: ValidationError, sources: Mapping[str, str]) -> str:
             message = f"unknown key; allowed keys{' under ' + parent if parent else ''}: {', '.join(allowed)}"
         else:
             message = error["msg"].removeprefix("Value error, ")
-        shown = "" if isinstance(value, dict) else f" = {value!r}"
+        shown = "" if isinstance(value, dict) else f" = {_shown(value)}"
         lines.append(f"  {dotted}{shown}: {message}" + (f" (from {source})" if source else ""))
     return "\n".join(lines)
+
+
+def _shown(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _source_of(dotted: str, sources: Mapping[str, str]) -> str | None:

@@ -53,6 +53,19 @@ def test_overlay_then_overrides_win():
         ("broker.timezone=Mars/Base", r"must be an IANA time zone name"),
         ("hosts.store_host=10.0.0.1", r"host must be 'ip:port'"),
         ("nonsense", r"--set expects key.path=value, got 'nonsense'"),
+        # values that passed validation and failed later, in the JVM or in every message
+        ("spark.driver_memory=xyz", r"spark.driver_memory = 'xyz': must be a JVM memory size: digits and a unit"),
+        ("spark.driver_memory=2gb", r"must be a JVM memory size"),  # Spark reads 2gb, -Xmx does not
+        ('spark.driver_memory="2048"', r"must be a JVM memory size"),  # bytes for -Xmx, MiB for Spark
+        ("spark.driver_memory=256m", r"must be at least 512m"),
+        ("broker.cluster_name=Main\x01Cluster", r"must not contain the property separators 0x01 or 0x02"),
+        ("broker.cluster_name=Main\x02", r"must not contain the property separators"),
+        ("retention.delete_when=\u0660\u0664", r"must be hours of day 00-23"),  # Arabic-Indic "04"
+        ("retention.file_reserved_hours=" + "1" * 30, r"less than or equal to 2147483647"),
+        ("store.commitlog_segment_size=" + "9" * 5000, r"store.commitlog_segment_size = '9999.*\(5002 characters\)"),
+        ("store.commitlog_segment_size=" + "[" * 5000, r"Input should be a valid integer"),
+        ("topics=" + "{a: " * 3000, r"topics = '\{a: \{a: "),
+        ("lake.root=", r"lake.root = '': must be a folder path"),
     ],
 )
 def test_bad_values_name_the_key_and_what_is_allowed(override, message):
@@ -75,6 +88,24 @@ def test_spark_packages_are_refused(tmp_path):
 def test_missing_env_lists_the_available_ones():
     with pytest.raises(ConfigError, match=r"--env nope: no file .*available environments: local, test"):
         load_settings(CONF, env="nope")
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("topics: [unclosed\n", "while parsing a flow sequence"),
+        ("store:\n  commitlog_segment_size: " + "9" * 5000 + "\n", "Exceeds the limit \\(4300 digits\\)"),
+        ("spark: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    ],
+)
+def test_broken_yaml_names_the_file_and_the_problem(tmp_path, text, problem):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "env" / "bad.yaml").write_text(text)
+    with pytest.raises(
+        ConfigError, match=f"configuration file {conf / 'env' / 'bad.yaml'} is not valid YAML: .*{problem}"
+    ):
+        load_settings(conf, env="bad")
 
 
 def test_broken_yaml_names_the_file(tmp_path):

@@ -38,10 +38,13 @@ class JsonTextError(ValueError):
 
     def where(self, text: str) -> tuple[int, int] | None:
         """(line, column), both 1-based, of ``position`` in ``text``; ``None`` when unknown."""
-        if self.position is None:
-            return None
-        line = text.count("\n", 0, self.position) + 1
-        return line, self.position - (text.rfind("\n", 0, self.position) + 1) + 1
+        return None if self.position is None else line_and_column(text, self.position)
+
+
+def line_and_column(text: str, position: int) -> tuple[int, int]:
+    """(line, column), both 1-based, of the character index ``position`` in ``text``."""
+    line = text.count("\n", 0, position) + 1
+    return line, position - (text.rfind("\n", 0, position) + 1) + 1
 
 
 class _LongInteger(str):

@@ -35,13 +35,13 @@ def load_offsets(settings: Settings, *, input_path: str, as_of: int | None = Non
     """
     started = time.monotonic()
     snapshots = []
-    for path in _snapshot_files(input_path):
+    for path in snapshot_files(input_path):
         moment = as_of if as_of is not None else snapshot_time(path)
         if moment is None:
             raise UsageError(
                 f"{path}: no snapshot time in the file name (e.g. consumerOffset-20261121T040000Z.json); pass --as-of"
             )
-        with open(path, encoding="utf-8") as handle:
+        with open(path, "rb") as handle:
             rows = parse_snapshot(handle.read(), path=path)
         snapshots.append((path, moment, rows))
     lake = open_lake(settings)
@@ -52,7 +52,12 @@ def load_offsets(settings: Settings, *, input_path: str, as_of: int | None = Non
     return run_with_retries(lake, "offsets", work, retries=settings.lake.commit_retries)
 
 
-def _snapshot_files(input_path: str) -> list[str]:
+def snapshot_files(input_path: str) -> list[str]:
+    """The snapshot files at ``input_path`` (a file, or the ``*.json`` files under a folder), each readable.
+
+    Raises:
+        InputError: nothing there, or a file that cannot be read (a dangling link, no permission).
+    """
     if os.path.isdir(input_path):
         found = sorted(
             os.path.join(root, name)
@@ -62,10 +67,16 @@ def _snapshot_files(input_path: str) -> list[str]:
         )
         if not found:
             raise InputError(f"{input_path}: no .json consumer offset snapshots in this folder")
-        return found
-    if not os.path.isfile(input_path):
+    elif os.path.isfile(input_path) or os.path.islink(input_path):
+        found = [input_path]
+    else:
         raise InputError(f"{input_path}: no such file or folder")
-    return [input_path]
+    for path in found:
+        if os.path.islink(path) and not os.path.exists(path):
+            raise InputError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist")
+        if not os.path.isfile(path) or not os.access(path, os.R_OK):
+            raise InputError(f"{path} is not a readable file")
+    return found
 
 
 def _append(lake: Lake, run: LakeRun, snapshots, *, started: float) -> dict:
