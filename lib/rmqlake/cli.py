@@ -197,6 +197,56 @@ def _spark(settings, args, app: str):
     return spark
 
 
+# Commands that only read the lake: on a folder that holds no lake they would show nothing and succeed.
+READ_ONLY = frozenset({"status", "query", "lag", "export-store"})
+# Timestamp options, checked before any work (export-store's --as-of also takes a run number: its job checks it).
+_TIMESTAMP_OPTIONS = {"now": "--now", "at": "--at", "begin": "--begin", "end": "--end"}
+
+
+def preflight(args, settings) -> None:
+    """Check what needs neither Spark nor a table scan, before a session starts (a JVM start costs seconds).
+
+    Raises:
+        UsageError: an unreadable timestamp, a lake root that is a file, or a read-only command on a
+            folder that holds no lake.
+        InputError: ingest or offsets input that is missing or unreadable.
+        ConfigError: ingest with a segment size other than the lake's.
+    """
+    from rmqlake.timeutil import parse_timestamp
+
+    for name, option in _TIMESTAMP_OPTIONS.items():
+        if getattr(args, name, None) is not None:
+            parse_timestamp(getattr(args, name), option=option)
+    if args.command == "offsets" and args.as_of is not None:
+        parse_timestamp(args.as_of, option="--as-of")
+    if args.command in ("generate", "pipeline"):
+        return
+    _check_lake_root(settings.lake.root, read_only=args.command in READ_ONLY, given=args.lake is not None)
+    if args.command == "ingest":
+        from rmqlake.steps.ingest import check_ingest
+
+        check_ingest(settings, input_path=args.input)
+    elif args.command == "offsets":
+        from rmqlake.steps.offsets import snapshot_files
+
+        snapshot_files(args.input)
+
+
+def _check_lake_root(root: str, *, read_only: bool, given: bool) -> None:
+    from rmqlake.lake.ledger import LEDGER_TABLE
+    from rmqlake.lake.storage import is_local, normalize_root
+
+    if not is_local(root):
+        return  # an object store: its access is the lake's to check, with the storage options
+    where = f"--lake {root}" if given else f"lake.root {root}"
+    path = normalize_root(root)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{where} is a file; the lake root must be a folder")
+    if read_only and not os.path.isdir(os.path.join(path, LEDGER_TABLE, "_delta_log")):
+        found = "does not exist" if not os.path.exists(path) else "holds no lake (no run has committed there)"
+        raise UsageError(f"{where} {found}: check the path, or run rmqlake ingest first")
+
+
 def _now(text: str | None) -> datetime:
     from rmqlake.timeutil import parse_timestamp, to_datetime
 
@@ -544,6 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     try:
         settings = _settings(args)
+        preflight(args, settings)
         with log_context(job=args.command):
             code = COMMANDS[args.command](args, settings)
     except RmqlakeError as exc:

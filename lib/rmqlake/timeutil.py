@@ -11,22 +11,38 @@ def parse_timestamp(text: str | int, *, option: str = "timestamp") -> int:
     """Epoch milliseconds of ``text`` (digits = epoch ms; ISO-8601 without zone = UTC).
 
     Raises:
-        UsageError: neither form.
+        UsageError: neither form, or outside the years 1..9999 (non-ASCII digits are neither form).
     """
     if isinstance(text, int):
-        return text
+        return _in_range(text, text, option)
     value = text.strip()
-    if value.lstrip("-").isdigit():
-        return int(value)
+    digits = value.removeprefix("-")
+    if digits.isascii() and digits.isdigit():
+        if len(digits) > 19:
+            raise UsageError(f"{option}: {text!r:.60} is outside the years 1..9999 in epoch milliseconds")
+        return _in_range(int(value), text, option)
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(
-            f"{option}: {text!r} is neither epoch milliseconds nor ISO-8601 (e.g. 2026-11-22T04:00:00Z)"
+            f"{option}: {text!r:.60} is neither epoch milliseconds nor ISO-8601 (e.g. 2026-11-22T04:00:00Z)"
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    try:
+        return _in_range(int(moment.timestamp() * 1000), text, option)
+    except OverflowError:  # a zone offset moving year 1 or 9999 past the calendar's end
+        raise UsageError(f"{option}: {text!r:.60} is outside the years 1..9999") from None
+
+
+# What ``to_datetime`` can represent: 0001-01-01T00:00Z .. 9999-12-31T23:59:59.999Z.
+MIN_EPOCH_MS, MAX_EPOCH_MS = -62_135_596_800_000, 253_402_300_799_999
+
+
+def _in_range(epoch_ms: int, text: str | int, option: str) -> int:
+    if not MIN_EPOCH_MS <= epoch_ms <= MAX_EPOCH_MS:
+        raise UsageError(f"{option}: {text!r:.60} is outside the years 1..9999 in epoch milliseconds")
+    return epoch_ms
 
 
 def epoch_ms(value: datetime | int) -> int:

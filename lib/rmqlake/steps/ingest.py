@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rmqlake.config import Settings
-from rmqlake.errors import RefusedError, UsageError
+from rmqlake.errors import ConfigError, RefusedError, UsageError
 from rmqlake.inputs import (
     Fingerprint,
     InputFile,
@@ -26,7 +26,7 @@ from rmqlake.producer_log import ParseOptions
 from rmqlake.progress import Stages
 from rmqlake.timeutil import epoch_ms
 from rmqlake.transforms import ingest as T
-from rmqlake.transforms.segments import update_segments
+from rmqlake.transforms.segments import segment_size_problem, update_segments
 
 log = logging.getLogger(__name__)
 # Small row groups: a lookup by physical offset reads one row group per message, not a whole file.
@@ -61,6 +61,39 @@ def open_lake(settings: Settings, *, read_only: bool = False) -> Lake:
     )
 
 
+def check_ingest(settings: Settings, *, input_path: str) -> list[InputFile]:
+    """What ingest can check without Spark: its input files, and that the lake takes the configured segment size.
+
+    Returns:
+        The input files.
+
+    Raises:
+        InputError: no input files, or one that cannot be read.
+        ConfigError: ``store.commitlog_segment_size`` differs from the lake's.
+    """
+    files = resolve_inputs(input_path)
+    check_segment_size(open_lake(settings), segment_size=settings.store.commitlog_segment_size)
+    return files
+
+
+def check_segment_size(lake: Lake, *, segment_size: int) -> None:
+    """Refuse a segment size other than the one the lake's commitlog was written with.
+
+    Raises:
+        ConfigError: naming both sizes.
+    """
+    state = lake.state().get("commitlog", {})
+    rows = lake.read_arrow("segments", columns=["segment", "start_offset", "end_offset", "status"]).to_pylist()
+    problem = segment_size_problem(
+        rows,
+        segment_size=segment_size,
+        next_offset=int(state.get("next_offset", 0)),
+        recorded=state.get("segment_size"),
+    )
+    if problem:
+        raise ConfigError(problem)
+
+
 def ingest(
     spark, settings: Settings, *, input_path: str, batch_id: str | None = None, now: datetime | None = None
 ) -> dict:
@@ -76,7 +109,7 @@ def ingest(
     """
     started = time.monotonic()
     now = now or datetime.now(UTC)
-    files = resolve_inputs(input_path)
+    files = check_ingest(settings, input_path=input_path)
     total = sum(f.size for f in files)
     log.info("found %d input files (%.1f MB) at %s", len(files), total / 1e6, input_path)
     prints = _fingerprints(spark, files)
@@ -232,6 +265,7 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     run.stage_arrow("ingest_files", _ingest_file_rows(new, per_file, batch_id, now), mode="append")
 
     state["next_offset"] = plan.end_offset
+    state["segment_size"] = store.commitlog_segment_size
     queue_heads: dict[str, dict[str, int]] = {}
     for (topic, queue), head in sorted(plan.queue_heads.items()):
         queue_heads.setdefault(topic, {})[str(queue)] = head

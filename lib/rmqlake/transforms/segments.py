@@ -64,6 +64,38 @@ def update_segments(
     return sorted(rows.values(), key=lambda r: r["start_offset"])
 
 
+def segment_size_problem(
+    rows: Iterable[Mapping], *, segment_size: int, next_offset: int, recorded: int | None = None
+) -> str | None:
+    """Why a lake's commitlog cannot take a batch placed with ``segment_size``, or ``None`` when it can.
+
+    Segment files have one size for a store's life: a batch placed with
+    another size would write into sealed segments or leave gaps. The lake's
+    size is the one recorded by earlier runs (``recorded``), else what its
+    ``segments`` rows show: sealed and deleted segments span exactly one
+    segment, every segment starts at a multiple of it, and the write
+    position ``next_offset`` lies inside the active one.
+    """
+
+    def refuse(found: str) -> str:
+        return (
+            f"store.commitlog_segment_size is {segment_size}, but {found}. Segment files cannot change size "
+            "in a store: run with the lake's segment size, or start a new lake"
+        )
+
+    if recorded is not None and recorded != segment_size:
+        return refuse(f"the lake's commitlog was written with segments of {recorded} bytes")
+    for row in rows:
+        start, end = int(row["start_offset"]), row.get("end_offset")
+        if row["status"] in (SEALED, DELETED) and end is not None and end - start != segment_size:
+            return refuse(f"the lake's segment {row['segment']} spans {end - start} bytes")
+        if start % segment_size:
+            return refuse(f"the lake's segment {row['segment']} starts at {start}, not a multiple of it")
+        if row["status"] == ACTIVE and not start <= next_offset < start + segment_size:
+            return refuse(f"the lake's write position {next_offset} lies past the end of its active segment")
+    return None
+
+
 def segment_aggregates(commitlog) -> list[dict]:
     """Per segment of a commitlog DataFrame: ``message_count``, ``data_end`` (end of its last record) and the
     ``first_store_timestamp``/``last_store_timestamp`` of its first and last record by offset (the input of
