@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rmqlake.cli import main
+from rmqlake.errors import LakeStateError
 from rmqlake.formats.indexfile import index_file_size
 from rmqlake.formats.store import Checkpoint
 from rmqlake.generate import TopicPlan, generate
@@ -127,6 +128,30 @@ def test_the_exported_store_is_what_the_spec_reader_expects(built):
         assert sorted(expected) == sorted(r["physical_offset"] for r in answer["rows"]) and expected
 
 
+def test_exported_files_carry_the_time_the_broker_last_wrote_them(built):
+    settings, store = built["settings"], Path(built["export"]["out"])
+    segments = sorted(rows(settings, "segments", SEGMENT_COLUMNS), key=lambda s: s["start_offset"])
+
+    def mtime_ms(path: Path) -> int:
+        return path.stat().st_mtime_ns // 1_000_000
+
+    for segment, after in zip(segments, [*segments[1:], None], strict=True):
+        # a sealed segment: when the message opening the next one arrived; the active one: its last message
+        expected = after["first_store_timestamp"] if after else segment["last_store_timestamp"]
+        assert mtime_ms(store / "commitlog" / segment["segment"]) == expected, segment["segment"]
+    assert segments[0]["last_store_timestamp"] <= segments[1]["first_store_timestamp"]
+    units = open_lake(settings).read_arrow("consumequeue").to_pylist()
+    last_unit: dict[tuple, dict] = {}
+    for unit in units:
+        key = (unit["topic"], unit["queue_id"], unit["cq_file"])
+        if key not in last_unit or unit["queue_offset"] > last_unit[key]["queue_offset"]:
+            last_unit[key] = unit
+    for (topic, queue, name), unit in last_unit.items():
+        assert mtime_ms(store / "consumequeue" / topic / str(queue) / name) == unit["store_timestamp"]
+    for header in open_lake(settings).read_arrow("indexfile_header").to_pylist():
+        assert mtime_ms(store / "index" / header["index_file"]) == header["end_timestamp"]
+
+
 def test_time_travel_exports_the_store_as_it_was_after_a_run(spark, built):
     root, settings = built["root"], built["settings"]
     then = export_store(spark, settings, out=str(root / "then"), as_of=str(built["first_seq"]))
@@ -183,6 +208,56 @@ def test_import_reports_corrupt_records_with_file_and_offset_and_goes_on(spark, 
     assert str(first) in reject["reason"] and f"offset {victim}" in reject["reason"]
     imported = {r["physical_offset"] for r in open_lake(settings).read_arrow("commitlog").to_pylist()}
     assert victim not in imported and imported >= {o for o in walk.records if o >= SEGMENT}  # the rest goes on
+
+
+def test_import_rejects_what_the_lake_could_not_write_back_and_loses_no_byte_range(spark, built):
+    root, store = built["root"], Path(built["export"]["out"])
+    hostile = root / "hostile"
+    shutil.copytree(store, hostile)
+    walk = store_reader.walk_commitlog(store, SEGMENT)
+    last_segment = max(int(name) for name in walk.ends)
+    plain = [o for o, r in sorted(walk.records.items()) if o < last_segment and r["topic"] == "OrderEvents"
+             and not r["sys_flag"] & 0x30]  # fmt: skip
+    topic_at, port_at, properties_at, zeroed_at = plain[1], plain[5], plain[9], plain[13]
+
+    def damage(offset: int, at: int, replacement: bytes, expected: bytes | None = None) -> None:
+        path = hostile / "commitlog" / f"{offset - offset % SEGMENT:020d}"
+        data = bytearray(path.read_bytes())
+        position = offset % SEGMENT + at
+        assert expected is None or data[position : position + len(replacement)] == expected
+        data[position : position + len(replacement)] = replacement
+        path.write_bytes(bytes(data))
+
+    topic = 88 + len(walk.records[topic_at]["body"]) + 1
+    damage(topic_at, topic, b"../../../pw", b"OrderEvents")  # same length; the body CRC does not cover the topic
+    damage(port_at, 52, (70000).to_bytes(4, "big"))  # the born host's port
+    damage(properties_at, walk.records[properties_at]["size"] - 2, b"\xff")  # a properties byte: not UTF-8
+    damage(zeroed_at, 0, bytes(4))  # a TOTALSIZE zeroed inside a sealed segment
+    settings = make_settings(root / "lake4", *SMALL)
+    result = import_store(spark, settings, store_dir=str(hostile))
+    assert result["status"] == "imported" and result["corrupt_records"] == 4
+    lake = open_lake(settings)
+    rejected = sorted(lake.read_arrow("rejected").to_pylist(), key=lambda r: r["raw"])
+    bad = sorted((topic_at, port_at, properties_at, zeroed_at))
+    sizes = {o: walk.records[o]["size"] for o in bad}
+    assert sorted(r["raw"] for r in rejected) == sorted(f"bytes {o}-{o + sizes[o]}" for o in bad)
+    reasons = {int(r["raw"].split()[1].split("-")[0]): r["reason"] for r in rejected}
+    folder = hostile / "commitlog"
+    assert all(r.startswith(f"{folder / f'{o - o % SEGMENT:020d}'} at offset {o} ") for o, r in reasons.items())
+    assert "topic '../../../pw' has characters outside" in reasons[topic_at]
+    assert "born host port 70000 is outside 0..65535" in reasons[port_at]
+    assert "properties are not valid UTF-8" in reasons[properties_at]
+    assert "TOTALSIZE 0" in reasons[zeroed_at] and "the broker's recovery stops here" in reasons[zeroed_at]
+    imported = {r["physical_offset"] for r in lake.read_arrow("commitlog", columns=["physical_offset"]).to_pylist()}
+    assert imported == set(walk.records) - set(bad)  # every other record, those after the zeros included
+    zeroed = zeroed_at - zeroed_at % SEGMENT
+    (segment,) = [s for s in lake.read_arrow("segments").to_pylist() if s["start_offset"] == zeroed]
+    damaged = sum(1 for o in bad if zeroed <= o < zeroed + SEGMENT)
+    assert segment["message_count"] == sum(1 for o in walk.records if zeroed <= o < zeroed + SEGMENT) - damaged
+    with pytest.raises(LakeStateError, match=r"segment \d{20} has a hole: import-store rejected \d byte range"):
+        export_store(spark, settings, out=str(root / "hostile-out" / "x"))
+    assert not (root / "hostile-out").exists() or not any((root / "hostile-out").rglob("*"))
+    assert not (root / "pw").exists()
 
 
 def test_after_expiry_the_export_is_what_the_broker_disk_holds(spark, built):

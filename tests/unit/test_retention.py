@@ -192,3 +192,29 @@ def test_random_runs_equal_the_reference_service():
             gone = set(expected)
             live = [f for f in live if f.name not in gone]
             segments = [s for s in segments if s.segment not in gone]
+
+
+def test_a_sealed_segment_was_last_written_when_the_next_segment_was_opened():
+    rows = [
+        # sealed: its last message at 10:00, the next segment's first message (which wrote its blank) at 10:05
+        {"segment": "00000000000000000000", "start_offset": 0, "status": "sealed",
+         "first_store_timestamp": at("2026-11-22T09:00:00Z"), "last_store_timestamp": at("2026-11-22T10:00:00Z")},
+        # the active segment: last written by its last message
+        {"segment": "00000000000000001024", "start_offset": 1024, "status": "active",
+         "first_store_timestamp": at("2026-11-22T10:05:00Z"), "last_store_timestamp": at("2026-11-22T11:00:00Z")},
+    ]  # fmt: skip
+    assert R.segment_files(list(reversed(rows))) == [
+        R.SegmentFile("00000000000000000000", 0, at("2026-11-22T10:05:00Z")),
+        R.SegmentFile("00000000000000001024", 1024, at("2026-11-22T11:00:00Z")),
+    ]
+    # a sealed segment with no segment after it (its next file was never written): its last message
+    assert R.segment_files(rows[:1]) == [R.SegmentFile("00000000000000000000", 0, at("2026-11-22T10:00:00Z"))]
+    # the 72 h run from the blank's write, not from the last message's
+    files = R.segment_files(rows)
+    deletion_hour = R.Trigger(time_up=True, disk=check(0.1), manual=False, manual_runs_left=0, clean_at_once=False)
+
+    def doomed(now: str) -> list:
+        return R.segments_to_delete(files, trigger=deletion_hour, now_ms=at(now), reserved_hours=72, batch_max=10)
+
+    assert doomed("2026-11-25T10:04:59.999Z") == []  # 72 h after its last message, not yet after its last write
+    assert doomed("2026-11-25T10:05:00Z") == [(files[0], R.EXPIRED)]

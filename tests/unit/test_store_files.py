@@ -41,12 +41,14 @@ def test_a_broker_segment_read_and_written_back_is_the_same_bytes(case, tmp_path
             "data_end": start + len(record),
             "sealed": True,
             "file_size": len(original),
+            "mtime_ms": 1_795_219_200_123,  # when the next segment was opened
             "files": [str(tmp_path / "rows.parquet")],
             "out": str(tmp_path / "out"),
         }
     )
     assert result == {"file": f"commitlog/{segment}", "records": 1, "bytes": len(record), "last_offset": start}
     assert (tmp_path / "out" / "commitlog" / segment).read_bytes() == original
+    assert (tmp_path / "out" / "commitlog" / segment).stat().st_mtime_ns == 1_795_219_200_123_000_000
 
 
 def test_corrupt_records_are_reported_with_file_and_offset_and_the_walk_goes_on(tmp_path):
@@ -79,6 +81,7 @@ def test_consume_queue_and_index_files_hold_the_vector_bytes(tmp_path):
                 "commitlog_offset": [u["commitLogOffset"] for u in units],
                 "size": pa.array([u["size"] for u in units], pa.int32()),
                 "tags_code": [u["tagsCode"] for u in units],
+                "store_timestamp": [1_795_219_200_000 + 1000 * u["queueOffset"] for u in units],
             }
         ),
         tmp_path / "cq.parquet",
@@ -94,7 +97,10 @@ def test_consume_queue_and_index_files_hold_the_vector_bytes(tmp_path):
             "out": str(tmp_path),
         }
     )
-    data = (tmp_path / "consumequeue" / "TopicTest" / "0" / units[0]["file"]).read_bytes()
+    cq_path = tmp_path / "consumequeue" / "TopicTest" / "0" / units[0]["file"]
+    last_unit = max(u["queueOffset"] for u in units)
+    assert cq_path.stat().st_mtime_ns == (1_795_219_200_000 + 1000 * last_unit) * 1_000_000  # its last unit's
+    data = cq_path.read_bytes()
     for unit in units:
         assert data[unit["positionInFile"] : unit["positionInFile"] + 20].hex() == unit["unit_hex"]
 
@@ -133,6 +139,7 @@ def test_consume_queue_and_index_files_hold_the_vector_bytes(tmp_path):
     )
     path = tmp_path / "index" / "20231114221320000"
     assert path.stat().st_size == scenario["fileSize"]
+    assert path.stat().st_mtime_ns == header["endTimestamp"] * 1_000_000  # the last entry's store time
     with open(path, "rb") as data:  # 420 MB, mostly a hole: read only what the vectors name
 
         def at(offset: int, length: int) -> str:
@@ -150,3 +157,35 @@ def test_checkpoint_is_one_page_with_five_big_endian_longs():
     data = Checkpoint(1, 2, 3, 4, 5).encode()
     assert len(data) == 4096 and data[:40] == b"".join(n.to_bytes(8, "big") for n in (1, 2, 3, 4, 5))
     assert not any(data[40:]) and Checkpoint.decode(data) == Checkpoint(1, 2, 3, 4, 5)
+
+
+@pytest.mark.parametrize(
+    ("topic", "queue", "cq_file"),
+    [
+        ("../../../pw", 0, "00000000000000000000"),
+        ("..", 0, "00000000000000000000"),
+        ("a/../../../../b", 0, "00000000000000000000"),
+    ],
+)
+def test_store_files_are_never_written_outside_the_store(topic, queue, cq_file, tmp_path):
+    pq.write_table(
+        pa.table(
+            {
+                "queue_offset": [0],
+                "commitlog_offset": [0],
+                "size": pa.array([100], pa.int32()),
+                "tags_code": [0],
+                "store_timestamp": [0],
+            }
+        ),
+        tmp_path / "cq.parquet",
+    )
+    out = tmp_path / "deep" / "er" / "out"
+    task = {"topic": topic, "queue_id": queue, "cq_file": cq_file, "file_size": 16 * 20, "first_in_queue": True,
+            "files": [str(tmp_path / "cq.parquet")], "out": str(out)}  # fmt: skip
+    with pytest.raises(ValueError, match="refusing to write outside"):
+        store_files.write_cq_file(task)
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["cq.parquet"]
+    with pytest.raises(ValueError, match="refusing to write outside"):
+        store_files.write_segment({"segment": "..", "start_offset": 0, "data_end": 0, "sealed": False,
+                                   "file_size": 64, "files": [], "out": str(out)})  # fmt: skip

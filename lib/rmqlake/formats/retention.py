@@ -14,7 +14,7 @@ so the broker's two checks (physic and logics) see the same ratio.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
@@ -133,7 +133,27 @@ class SegmentFile:
 
     segment: str
     start_offset: int
-    last_modified: int  # ms: the store time of its last message
+    last_modified: int  # ms: when the broker last wrote the file (see ``segment_files``)
+
+
+def segment_files(segments: Sequence[Mapping]) -> list[SegmentFile]:
+    """The live ``segments`` rows as the deletion rule sees them, by start offset, with their last-modified time.
+
+    A file's last-modified time is when the broker last wrote it. A sealed
+    segment was last written when the message that opened the next segment
+    arrived (it wrote the 8-byte blank record at the end of the full one):
+    the next segment's ``first_store_timestamp``. The last segment was last
+    written by its last message (``last_store_timestamp``), as is a sealed
+    segment with no segment after it. ``export-store`` gives each file this
+    modification time.
+    """
+    ordered = sorted(segments, key=lambda s: s["start_offset"])
+    files = []
+    for row, after in zip(ordered, [*ordered[1:], None], strict=True):
+        opened_next = after["first_store_timestamp"] if after is not None and row["status"] != "active" else None
+        written = opened_next if opened_next is not None else row["last_store_timestamp"]
+        files.append(SegmentFile(row["segment"], row["start_offset"], int(written or 0)))
+    return files
 
 
 def segments_to_delete(

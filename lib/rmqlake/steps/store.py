@@ -5,7 +5,10 @@ segments, ``consumequeue/{topic}/{queueId}/`` files, ``index/`` files, the
 ``checkpoint`` and ``config/`` JSON, no ``abort`` file (a clean shutdown).
 Every file is written by a Spark task straight from the Parquet files the
 Delta log lists for it (one task per commitlog segment), never assembled
-on the driver. The directory appears whole: it is written next to the
+on the driver, and gets the modification time the broker's file would
+have: when the broker last wrote it (``formats.retention.segment_files``
+for segments; the store time of the last unit of a CQ file and of the last
+entry of an index file). The directory appears whole: it is written next to the
 target and renamed into place at the end.
 
 Import walks a broker's commitlog files, one Spark task per file, into
@@ -29,9 +32,11 @@ from pyspark.sql import functions as F
 
 from rmqlake.config import Settings
 from rmqlake.errors import ConfigError, InputError, LakeStateError, UsageError
+from rmqlake.formats import retention as R
 from rmqlake.formats import store as S
 from rmqlake.formats.consumequeue import cq_file_size
 from rmqlake.formats.indexfile import index_file_size
+from rmqlake.formats.topic import topic_error
 from rmqlake.lake import Lake, LakeRun, run_with_retries
 from rmqlake.lake.actions import partition_values_from_path
 from rmqlake.lake.spark_io import group_folder, stage_dataframe
@@ -68,7 +73,8 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
     work.mkdir(parents=True)
     try:
         with stages("commitlog segments") as note:
-            segment_tasks = _segment_tasks(lake, settings, str(work))
+            holes = entry.state.get("import_store", {}).get("holes")
+            segment_tasks = _segment_tasks(lake, settings, str(work), holes=holes)
             written = _run_tasks(spark, store_files.write_segment, segment_tasks, one_per_task=True)
             note.update(files=len(written), records=sum(w["records"] for w in written))
         with stages("consume queues") as note:
@@ -123,13 +129,21 @@ def _files_by(lake: Lake, table: str, key) -> dict:
     return groups
 
 
-def _segment_tasks(lake: Lake, settings: Settings, out: str) -> list[dict]:
+def _segment_tasks(lake: Lake, settings: Settings, out: str, *, holes: dict | None = None) -> list[dict]:
     size = settings.store.commitlog_segment_size
     files = _files_by(lake, "commitlog", lambda f: f.partition_values["segment"])
     tasks = []
-    for row in lake.read_arrow("segments").to_pylist():
-        if row["status"] == DELETED:
-            continue
+    holes = holes or {}
+    live = [row for row in lake.read_arrow("segments").to_pylist() if row["status"] != DELETED]
+    written = {segment.segment: segment.last_modified for segment in R.segment_files(live)}
+    for row in live:
+        if row["segment"] in holes:
+            hole = holes[row["segment"]]
+            raise LakeStateError(
+                f"segment {row['segment']} has a hole: import-store rejected {hole['ranges']} byte range(s) of it, the "
+                f"first at offset {hole['first_rejected_offset']}, before its last message (see the rejected table); "
+                "a broker's commitlog file cannot skip bytes, so it cannot be exported until expiry deletes it"
+            )
         if row["end_offset"] - row["start_offset"] > size or (row["status"] != "active" and row["size_bytes"] != size):
             raise ConfigError(
                 f"segment {row['segment']} is {row['size_bytes']} bytes but store.commitlog_segment_size is {size}; "
@@ -142,6 +156,7 @@ def _segment_tasks(lake: Lake, settings: Settings, out: str) -> list[dict]:
                 "data_end": row["end_offset"] - row["padding_bytes"],
                 "sealed": row["status"] != "active",
                 "file_size": size,
+                "mtime_ms": written[row["segment"]],
                 "files": files.get(row["segment"], []),
                 "out": out,
             }
@@ -155,6 +170,11 @@ def _cq_tasks(lake: Lake, settings: Settings, out: str) -> list[dict]:
         return values["topic"], int(values["queue_id"]), partition_values_from_path(data_file.path)[CQ_GROUP]
 
     groups = _files_by(lake, "consumequeue", key)
+    for topic in sorted({topic for topic, _, _ in groups}):
+        problem = topic_error(topic)
+        if problem:  # the topic names a folder of the store: never one outside it
+            raise LakeStateError(f"consumequeue of the lake at {lake.root} holds a topic that breaks the topic rules: "
+                                 f"{problem}; nothing was exported")  # fmt: skip
     first = {}
     for topic, queue, name in groups:
         first[(topic, queue)] = min(first.get((topic, queue), name), name)
@@ -318,6 +338,12 @@ def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerpr
             )
         totals = _totals(messages)
         blanks = {r["segment"] for r in rows.where("blank_end").select("segment").collect()}  # one per segment
+        first_rejected = {
+            r["segment"]: (r["first"], r["ranges"])
+            for r in corrupt.groupBy("segment")
+            .agg(F.min("physical_offset").alias("first"), F.count(F.lit(1)).alias("ranges"))
+            .collect()
+        }  # one row per damaged segment
         note.update(files=len(tasks), messages=totals["messages"], corrupt=corrupt_count)
     rows.unpersist()
     if not totals["messages"]:
@@ -338,7 +364,21 @@ def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerpr
         topics=totals["topics"],
         physic_msg_timestamp=last["last_store_timestamp"],
     )
-    run.state["import_store"] = {"source": str(root), "files": fingerprint, "corrupt_records": corrupt_count}
+    # rejected bytes before a segment's last message: a hole no broker file can have (export refuses it)
+    holes = {
+        s["segment"]: {
+            "first_rejected_offset": first_rejected[s["segment"]][0],
+            "ranges": first_rejected[s["segment"]][1],
+        }
+        for s in per_segment
+        if s["segment"] in first_rejected and first_rejected[s["segment"]][0] < s["data_end"]
+    }
+    run.state["import_store"] = {
+        "source": str(root),
+        "files": fingerprint,
+        "corrupt_records": corrupt_count,
+        "holes": holes,
+    }
     versions = run.commit()
     return {
         "status": "imported",

@@ -61,6 +61,28 @@ def _batches(uris: Sequence[str], columns: list[str]) -> Iterator[pa.RecordBatch
             yield from pq.ParquetFile(handle).iter_batches(batch_size=READ_BATCH_ROWS, columns=columns)
 
 
+def _inside(out: str, *parts: str) -> Path:
+    """``out/part/...``, refusing a part that is not a plain file or folder name, or a path that leads outside ``out``.
+
+    Raises:
+        ValueError: a part is empty, ``.`` or ``..``, or holds a path separator or a NUL.
+    """
+    root = Path(out).resolve()
+    for part in parts:
+        if part in ("", ".", "..") or any(c in part for c in "/\\\0"):
+            raise ValueError(f"{part!r} is not a plain file or folder name; refusing to write outside {root}")
+    path = root.joinpath(*parts)
+    if not path.resolve().is_relative_to(root):
+        raise ValueError(f"{path} resolves outside {root}; refusing to write it")
+    return path
+
+
+def _set_mtime(path: Path, mtime_ms: int | None) -> None:
+    """Give a written file the modification time the broker's file would have (epoch ms; ``None``: leave it)."""
+    if mtime_ms is not None:
+        os.utime(path, ns=(mtime_ms * 1_000_000, mtime_ms * 1_000_000))
+
+
 def _preallocated(path: Path, size: int):
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "wb")  # noqa: SIM115 - closed by the caller after truncate
@@ -84,10 +106,11 @@ def write_segment(task: dict) -> dict:
     """Write commitlog segment ``task["segment"]`` (records, then the blank record of a sealed segment).
 
     ``task``: ``segment``, ``start_offset``, ``data_end`` (end of its last
-    record), ``sealed``, ``file_size``, ``files`` (Parquet URIs), ``out``.
+    record), ``sealed``, ``file_size``, ``mtime_ms`` (the file's last-modified
+    time, optional), ``files`` (Parquet URIs), ``out``.
     """
     start, data_end, size = task["start_offset"], task["data_end"], task["file_size"]
-    path = Path(task["out"]) / "commitlog" / task["segment"]
+    path = _inside(task["out"], "commitlog", task["segment"])
     spans: list[tuple[int, int]] = []
     with _preallocated(path, size) as handle:
         for batch in _batches(task["files"], RECORD_COLUMNS):
@@ -105,6 +128,7 @@ def write_segment(task: dict) -> dict:
         if task["sealed"]:  # the 8-byte end-of-file marker: TOTALSIZE = every byte left after the last record
             handle.seek(data_end - start)
             handle.write(encode_blank(start + size - data_end))
+    _set_mtime(path, task.get("mtime_ms"))
     last = max((offset for offset, _ in spans), default=None)
     return {
         "file": f"commitlog/{task['segment']}",
@@ -139,19 +163,25 @@ def record_from_row(row: dict) -> Record:
 def write_cq_file(task: dict) -> dict:
     """Write CQ file ``task["cq_file"]`` of one queue: each unit at ``queue_offset * 20`` minus the file's start.
 
+    Its modification time is the store time of its last unit (the broker
+    writes a unit as it dispatches the message).
+
     ``task``: ``topic``, ``queue_id``, ``cq_file``, ``file_size``,
     ``first_in_queue`` (the queue's first file: units before its first unit
     are the broker's pre-blank units), ``files``, ``out``.
     """
     base = int(task["cq_file"])
-    path = Path(task["out"]) / "consumequeue" / task["topic"] / str(task["queue_id"]) / task["cq_file"]
-    columns = ["queue_offset", "commitlog_offset", "size", "tags_code"]
+    path = _inside(task["out"], "consumequeue", task["topic"], str(task["queue_id"]), task["cq_file"])
+    columns = ["queue_offset", "commitlog_offset", "size", "tags_code", "store_timestamp"]
     positions = []
+    last_unit = (-1, None)  # (queue offset, store time) of the newest unit: the file's last write
     with _preallocated(path, task["file_size"]) as handle:
         for batch in _batches(task["files"], columns):
-            for queue_offset, commitlog_offset, size, tags in zip(
+            for queue_offset, commitlog_offset, size, tags, stored in zip(
                 *(batch.column(c).to_pylist() for c in columns), strict=True
             ):
+                if queue_offset > last_unit[0]:
+                    last_unit = (queue_offset, stored)
                 position = queue_offset * CQ_UNIT_SIZE - base
                 if not 0 <= position < task["file_size"]:
                     raise ValueError(f"{path}: queue offset {queue_offset} does not belong to this CQ file")
@@ -163,17 +193,21 @@ def write_cq_file(task: dict) -> dict:
         if task["first_in_queue"] and positions[0] > 0:  # ConsumeQueue.fillPreBlank
             handle.seek(0)
             handle.write(encode_unit(*PRE_BLANK_UNIT) * (positions[0] // CQ_UNIT_SIZE))
+    _set_mtime(path, last_unit[1])
     return {"file": f"consumequeue/{task['topic']}/{task['queue_id']}/{task['cq_file']}", "units": len(positions)}
 
 
 def write_index_file(task: dict) -> dict:
     """Write index file ``task["index_file"]``: header, slot table (each slot: its newest entry), entries.
 
+    Its modification time is the header's end timestamp: the store time of
+    the last entry put (a file without entries keeps the time it is written).
+
     ``task``: ``index_file``, ``header`` (the ``indexfile_header`` row),
     ``slots``, ``file_size``, ``files``, ``out``.
     """
     slots = task["slots"]
-    path = Path(task["out"]) / "index" / task["index_file"]
+    path = _inside(task["out"], "index", task["index_file"])
     columns = ["index_no", "key_hash", "slot", "phy_offset", "time_diff", "prev_index"]
     heads = array("i", bytes(4 * slots))
     entries = 0
@@ -203,6 +237,7 @@ def write_index_file(task: dict) -> dict:
             heads.byteswap()  # the file is big-endian
         handle.seek(HEADER_SIZE)
         handle.write(heads.tobytes())
+    _set_mtime(path, header["end_timestamp"] or None)
     return {"file": f"index/{task['index_file']}", "entries": entries}
 
 
