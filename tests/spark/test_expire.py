@@ -69,6 +69,15 @@ def snapshot(spark, settings) -> dict:
     }
 
 
+def last_written(segments: list[dict]) -> dict[str, int]:
+    """When the broker last wrote each segment: a sealed one when the next one's first message arrived (it wrote
+    the blank record), the active one at its last message."""
+    return {
+        s["segment"]: after["first_store_timestamp"] if after else s["last_store_timestamp"]
+        for s, after in zip(segments, [*segments[1:], None], strict=True)
+    }
+
+
 def queues_of(units: list[dict]) -> dict:
     queues = defaultdict(list)
     for u in sorted(units, key=lambda u: u["queue_offset"]):
@@ -99,7 +108,8 @@ def test_expiry_cascade_equals_the_broker_rules(spark, tmp_path):
     # 04:00 four days after the start: segments last written before 04:00 + 72 h ago are expired
     now = parse_timestamp("2026-11-22T04:00:00Z")
     cutoff = now - 72 * 60 * MINUTE
-    expired = [s for s in segments[:-1] if s["last_store_timestamp"] <= cutoff]
+    written = last_written(segments)
+    expired = [s for s in segments[:-1] if written[s["segment"]] <= cutoff]
     assert 10 < len(expired) < len(segments) - 1
 
     # an hour earlier, outside the deletion hour, disk fine: nothing goes, but every expired segment kept
@@ -107,7 +117,7 @@ def test_expiry_cascade_equals_the_broker_rules(spark, tmp_path):
     early = now - 60 * MINUTE
     quiet = expire(spark, settings, now=to_datetime(early))
     assert quiet["status"] == "nothing_to_delete" and not quiet["trigger"]["deletes"]
-    overdue = [s["segment"] for s in segments if s["last_store_timestamp"] <= early - 72 * 60 * MINUTE]
+    overdue = [s["segment"] for s in segments if written[s["segment"]] <= early - 72 * 60 * MINUTE]
     assert overdue and [r["segment"] for r in quiet["segments_retained"]] == overdue
     assert {r["reason"] for r in quiet["segments_retained"]} == {R.KEPT_NOT_TRIGGERED}
     explained = snapshot(spark, settings)
@@ -176,7 +186,39 @@ def test_expiry_cascade_equals_the_broker_rules(spark, tmp_path):
     final = expire(spark, settings, now=to_datetime(now + 2 * MINUTE))
     assert final["status"] == "nothing_to_delete"
     live = [s for s in snapshot(spark, settings)["segments"] if s["status"] != "deleted"]
-    assert live[0]["last_store_timestamp"] > cutoff and live[-1]["status"] == "active"
+    assert written[live[0]["segment"]] > cutoff and live[-1]["status"] == "active"
+
+
+def test_a_rerun_is_a_new_check_when_a_setting_or_the_data_changed_and_the_run_record_counts_kept_segments(
+    spark, tmp_path
+):
+    settings = built_lake(spark, tmp_path)
+    segments = snapshot(spark, settings)["segments"]
+    now = parse_timestamp("2026-11-22T04:00:00Z")
+    written = last_written(segments)
+    expired = [s["segment"] for s in segments[:-1] if written[s["segment"]] <= now - 72 * 60 * MINUTE]
+    first = expire(spark, settings, now=to_datetime(now))
+    assert first["segments_deleted"] == 10 and len(first["segments_retained"]) == len(expired) - 10 > 0
+    assert first["index_files_deleted"] > 0  # the index headers are rewritten in this run too
+    record = open_lake(settings).state()["runs"]["expire"]
+    assert record["segments_retained"] == len(expired) - 10  # segments kept, not index files kept
+    assert record["segments_deleted"] == 10
+
+    versions = snapshot(spark, settings)["versions"]
+    assert expire(spark, settings, now=to_datetime(now))["status"] == "already_applied"
+    # the same --now with a smaller disk: above the warning ratio, so files go at once
+    used = first["disk"]["used_bytes"] - first["disk"]["freed_bytes"]
+    pressed = make_settings(tmp_path / "lake", *SMALL, f"retention.disk_capacity_bytes={int(used / 0.95)}")
+    second = expire(spark, pressed, now=to_datetime(now))
+    assert second["status"] == "deleted" and second["segments_deleted"] == 10 and second["disk"]["disk_full"]
+    assert snapshot(spark, settings)["versions"] != versions
+    assert expire(spark, pressed, now=to_datetime(now))["status"] == "already_applied"
+    # new data, the same --now and settings: a new check (the disk-full flag set above is overridden to write)
+    more = make_settings(tmp_path / "lake", *SMALL, "ingest.write_when_disk_full=true")
+    ingest(spark, more, input_path=str(write_days(tmp_path / "in2" / "more.jsonl", messages=40, start=now)))
+    third = expire(spark, pressed, now=to_datetime(now))
+    assert third["status"] == "nothing_to_delete" and not third["disk"]["disk_full"]  # checked again: flag cleared
+    assert open_lake(settings).state()["expire"]["disk_full"] is False
 
 
 def test_disk_pressure_forces_deletion_sets_disk_full_and_ingest_refuses(spark, tmp_path):

@@ -54,9 +54,11 @@ def expire(spark, settings: Settings, *, now: datetime, dry_run: bool = False, m
     """Apply the broker's deletion rules as of ``now``.
 
     ``manual`` is the broker's ``executeDeleteFilesManually``: the next 20
-    runs delete expired files whatever the hour. A run with the same ``now``
-    as the last applied run changes nothing (re-runs and retries of one
-    scheduled run are idempotent); a backlog over ``max_segments_per_run``
+    runs delete expired files whatever the hour. A run with the same ``now``,
+    the same retention settings and the same store (no new messages or
+    dispatch since) as the last applied run changes nothing (re-runs and
+    retries of one scheduled run are idempotent); a changed setting or new
+    data makes it a new check. A backlog over ``max_segments_per_run``
     drains over the following runs.
 
     Returns:
@@ -81,8 +83,16 @@ def _expire(
     retention, store = settings.retention, settings.store
     now_ms = int(now.timestamp() * 1000)
     state = run.state.setdefault("expire", {})
-    if state.get("last_now") == now_ms and not manual and not dry_run:
-        log.info("expire as of %s was already applied (ledger seq %s); nothing to do", iso(now_ms), run.base.seq)
+    check = _check_inputs(settings, run.state, now_ms=now_ms)
+    applied = state.get("applied")
+    same = applied == check if applied is not None else state.get("last_now") == now_ms  # lakes before "applied"
+    if same and not manual and not dry_run:
+        log.info(
+            "expire as of %s with these retention settings on this store was already applied (ledger seq %s); "
+            "nothing to do",
+            iso(now_ms),
+            run.base.seq,
+        )
         return {"status": "already_applied", "now": iso(now_ms), "segments": [], "table_versions": {}}
     stages = Stages(log)
     segments = lake.read_arrow("segments").to_pylist()
@@ -118,7 +128,7 @@ def _expire(
         manual_runs_left=manual_left,
         clean_forcibly_enable=retention.clean_file_forcibly_enable,
     )
-    files = [R.SegmentFile(s["segment"], s["start_offset"], s["last_store_timestamp"] or 0) for s in live]
+    files = R.segment_files(live)
     doomed = R.segments_to_delete(
         files,
         trigger=trigger,
@@ -206,14 +216,17 @@ def _expire(
         run.remove("consumequeue", [f for q, names in cq_doomed.items() for n in names for f in queues[q].files[n]])
     if index_doomed:
         run.remove("indexfile", _files_in(lake, "indexfile", "index_file", set(index_doomed)))
-        kept = [h for h in headers if h["index_file"] not in set(index_doomed)]
+        kept_headers = [h for h in headers if h["index_file"] not in set(index_doomed)]
         run.stage_arrow(
-            "indexfile_header", pa.Table.from_pylist(kept, schema=INDEXFILE_HEADER.arrow_schema), mode="overwrite"
+            "indexfile_header",
+            pa.Table.from_pylist(kept_headers, schema=INDEXFILE_HEADER.arrow_schema),
+            mode="overwrite",
         )
     for table in run.ops:
         run.op(table, mode=run.ops[table].mode).app_transactions[EXPIRE_APP_ID] = now_ms
     min_offsets.update({f"{t}\t{q}": v for (t, q), v in corrected.items()})
     state.update(
+        applied=check,
         last_now=now_ms,
         disk_full=disk.disk_full,
         disk_usage=round(disk.usage, 6),
@@ -237,6 +250,24 @@ def _expire(
         "seq": run.seq,
         "seconds": _since(started),
         "stage_seconds": stages.seconds,
+    }
+
+
+def _check_inputs(settings: Settings, state: dict, *, now_ms: int) -> dict:
+    """What an expire run's decisions depend on: ``now``, the retention settings, the sizes the disk usage is
+    counted in, and the store (commitlog end and dispatch position: new data or new CQ and index files).
+
+    An applied run records it; a run with the same inputs changes nothing. Plain JSON values, so the copy
+    read back from the ledger compares equal.
+    """
+    store = settings.store
+    return {
+        "now": now_ms,
+        "retention": settings.retention.model_dump(mode="json"),
+        "timezone": settings.broker.timezone,
+        "sizes": [store.commitlog_segment_size, store.cq_units_per_file, store.index_slots, store.index_max_entries],
+        "next_offset": int(state.get("commitlog", {}).get("next_offset", 0)),
+        "dispatched_offset": int(state.get("reput", {}).get("dispatched_offset", 0)),
     }
 
 
