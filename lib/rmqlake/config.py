@@ -249,6 +249,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"configuration file {path} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"configuration file {path} is not UTF-8 text (byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
     except _YAML_REFUSED as exc:

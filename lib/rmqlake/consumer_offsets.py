@@ -32,7 +32,7 @@ _NAME_TIMES = (
     (re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}[:-][0-9]{2}[:-][0-9]{2})(?:\.([0-9]{3}))?Z?"), None),
 )
 _EPOCH_MS = re.compile(r"(?<![0-9])([0-9]{13})(?![0-9])")
-_QUEUE_ID = re.compile(r"-?[0-9]+")
+_QUEUE_ID = re.compile(r"-?[0-9]+")  # then at most 11 characters, so that int() reads it before the range check
 QUEUE_ID_MAX = 2**31 - 1  # a Java int
 OFFSET_MAX = 2**63 - 1  # a Java long
 GROUP_MAX_LENGTH = 255
@@ -82,7 +82,7 @@ def parse_snapshot(data: bytes | str, *, path: str) -> list[OffsetRow]:
         if not isinstance(queues, dict):
             raise InputError(f"{path}: offsetTable[{name!r}] is not an object of queueId: offset")
         for queue, offset in queues.items():
-            if not _QUEUE_ID.fullmatch(queue) or not 0 <= int(queue) <= QUEUE_ID_MAX:
+            if not _QUEUE_ID.fullmatch(queue) or len(queue) > 11 or not 0 <= int(queue) <= QUEUE_ID_MAX:
                 raise InputError(
                     f"{path}: offsetTable[{name!r}]: queue id {queue!r:.60} is not an integer 0..{QUEUE_ID_MAX}"
                 )

@@ -198,3 +198,9 @@ def test_plain_lines_take_the_typed_route():
     assert _plain_string(_decode_typed(EQUIVALENT_LINES[3]).body) == "\u00e9t\u00e9 😀".encode()
     assert _decode_typed(EQUIVALENT_LINES[1]) is None  # unknown field
     assert _plain_string(_decode_typed(EQUIVALENT_LINES[2]).body) is None  # escapes
+
+
+def test_a_long_integer_before_malformed_json_is_malformed_json():
+    line = b'{"topic": "Orders", "body": "x", "bornTimestamp": ' + LONG_INTEGER + b', "flag": }'
+    with pytest.raises(Rejection, match="malformed JSON: Expecting value"):
+        parse(line)

@@ -70,7 +70,10 @@ def loads_strict(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
     except JsonTextError:
         raise
     except ValueError:  # int() refused a literal's length; parse again keeping long literals as text
-        document = json.loads(text, parse_constant=_refuse_constant, parse_int=_integer)
+        try:
+            document = json.loads(text, parse_constant=_refuse_constant, parse_int=_integer)
+        except json.JSONDecodeError as exc:  # malformed after the long literal
+            raise JsonTextError(exc.msg, position=exc.pos) from None
         found = _find_long_integer(document, ())
         if found is None:
             raise
