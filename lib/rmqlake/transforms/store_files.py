@@ -285,13 +285,12 @@ def read_segment_file(
             ordinal = 0
             while position < length:
                 ordinal += 1
-                head = data[position : position + 8]  # a record's first 8 bytes are never all zero
-                if head == ZERO_HEAD[: len(head)] and _zeros(data, position, length):
+                kind, size, value = reader.read(position)
+                if kind == _BAD and size is None and _zeros(data, position, length):  # no record from here on
                     if not last:
                         reason = "zeros up to the file end: no end-of-file blank record, yet a newer file follows"
                         rows.append(reader.corrupt(ordinal, position, length, reason))
                     break
-                kind, size, value = reader.read(position)
                 if kind == _MESSAGE:
                     rows.append(_message_row(name, path, ordinal, value, reader.properties))
                 elif kind == _BLANK:
@@ -316,7 +315,6 @@ def read_segment_file(
         yield pa.RecordBatch.from_pylist(rows, schema=IMPORTED_SCHEMA)
 
 
-ZERO_HEAD = bytes(8)
 _ZERO_CHUNK = bytes(1 << 22)
 _MESSAGE, _BLANK, _BAD = "message", "blank", "bad"
 _MAGICS = [struct.pack(">i", m) for m in (MAGIC_V1, MAGIC_V2, BLANK_MAGIC)]
