@@ -321,8 +321,11 @@ _MAGICS = [struct.pack(">i", m) for m in (MAGIC_V1, MAGIC_V2, BLANK_MAGIC)]
 
 
 def _zeros(data, start: int, end: int) -> bool:
-    """Whether ``data[start:end]`` is all zero bytes (compared in 4 MiB chunks)."""
-    for at in range(start, end, len(_ZERO_CHUNK)):
+    """Whether ``data[start:end]`` is all zero bytes (the first 4 KiB first, then in 4 MiB chunks)."""
+    head = min(start + 4096, end)
+    if data[start:head] != _ZERO_CHUNK[: head - start]:
+        return False
+    for at in range(head, end, len(_ZERO_CHUNK)):
         upto = min(at + len(_ZERO_CHUNK), end)
         if data[at:upto] != _ZERO_CHUNK[: upto - at]:
             return False
@@ -384,7 +387,9 @@ class _SegmentReader:
             candidate = min(hits) - 4
             if self.read(candidate)[0] != _BAD:
                 return candidate
-            found = [self.data.find(m, at + 1) if at == candidate + 4 else at for m, at in zip(_MAGICS, found)]
+            found = [
+                self.data.find(m, at + 1) if at == candidate + 4 else at for m, at in zip(_MAGICS, found, strict=True)
+            ]
 
     def corrupt(self, ordinal: int, start: int, end: int, reason: str) -> dict:
         first, stop = self.start_offset + start, self.start_offset + end
