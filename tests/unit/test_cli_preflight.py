@@ -162,3 +162,18 @@ def test_the_segment_size_a_lake_was_written_with_is_told_from_its_rows_or_its_r
     assert "segment 00000000000000000000 spans 4096 bytes" in problem(expired, 2048, 9000)
     assert "segment 00000000000000008192 starts at 8192, not a multiple of it" in problem(expired[2:], 3000, 9000)
     assert problem([], 1024, 0) is None  # a new lake takes any size
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"offsetTable":{"A@g":{0:\xff}}}', "c-1763697600000.json: byte 25 (line 1) is not valid UTF-8"),
+        (b'{"offsetTable":{"A@g":{0:-5}}}', "offsetTable['A@g'][0]: offset -5 is not an integer 0.."),
+    ],
+)
+def test_a_bad_offset_snapshot_exits_1_naming_it_and_loads_nothing(tmp_path, content, message, capsys):
+    snapshot = tmp_path / "c-1763697600000.json"
+    snapshot.write_bytes(content)
+    assert run("offsets", "--lake", str(tmp_path / "lake"), "--input", str(snapshot)) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "lake").exists()
