@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +23,13 @@ from rmqlake.logs import configure_logging, log_context
 
 log = logging.getLogger("rmqlake.cli")
 COMMANDS: dict[str, Callable] = {}
+
+
+def integer(text: str) -> int:
+    """An integer option: ASCII digits with an optional sign (``int()`` alone also takes ``٨٠`` and ``1_000``)."""
+    if not re.fullmatch(r"-?[0-9]{1,19}", text.strip()):
+        raise argparse.ArgumentTypeError(f"expected an integer of ASCII digits, got {text!r:.40}")
+    return int(text)
 
 
 def _global_options() -> argparse.ArgumentParser:
@@ -60,14 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     generate = commands.add_parser("generate", parents=[common], help="write realistic raw producer logs")
     generate.add_argument("--out", required=True, help="output folder (landing files go to OUT/landing/)")
-    generate.add_argument("--messages", type=int, required=True, help="valid messages to write")
+    generate.add_argument("--messages", type=integer, required=True, help="valid messages to write")
     generate.add_argument("--topics", help="comma-separated topics (default: the topics of topics.yaml)")
-    generate.add_argument("--hours", type=int, default=3, help="hours of traffic (default 3)")
+    generate.add_argument("--hours", type=integer, default=3, help="hours of traffic (default 3)")
     generate.add_argument("--bad-rate", type=float, default=0.0, help="extra bad lines as a fraction of messages")
-    generate.add_argument("--seed", type=int, default=42, help="random seed: same seed, same files")
+    generate.add_argument("--seed", type=integer, default=42, help="random seed: same seed, same files")
     generate.add_argument("--start", help="first hour (epoch ms or ISO-8601; default 2026-11-21T00:00Z)")
     generate.add_argument("--gzip", action="store_true", help="write .jsonl.gz files")
-    generate.add_argument("--body-size", type=int, help="bodies of about this many bytes (default: empty to 48 KiB)")
+    generate.add_argument(
+        "--body-size", type=integer, help="bodies of about this many bytes (default: empty to 48 KiB)"
+    )
 
     ingest = commands.add_parser("ingest", parents=[common], help="raw logs -> commitlog, segments, rejected")
     add_ingest_arguments(ingest)
@@ -142,13 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     by_key.add_argument("--key", required=True, help="one KEYS token")
     by_key.add_argument("--begin", help="earliest store time (epoch ms or ISO-8601; default: any)")
     by_key.add_argument("--end", help="latest store time (epoch ms or ISO-8601; default: any)")
-    by_key.add_argument("--max", type=int, default=64, help="at most this many (default and cap 64, as the broker)")
+    by_key.add_argument("--max", type=integer, default=64, help="at most this many (default and cap 64, as the broker)")
     by_key.add_argument("--full", action="store_true", help="show every field and the whole body")
     by_offset = kinds.add_parser("offset", parents=[common], help="messages from a queue offset, with tag filtering")
     by_offset.add_argument("--topic", required=True)
-    by_offset.add_argument("--queue", type=int, required=True, help="queue id")
-    by_offset.add_argument("--offset", type=int, required=True, help="first queue offset")
-    by_offset.add_argument("--max", type=int, default=32, help="at most this many (default 32, a pull batch)")
+    by_offset.add_argument("--queue", type=integer, required=True, help="queue id")
+    by_offset.add_argument("--offset", type=integer, required=True, help="first queue offset")
+    by_offset.add_argument("--max", type=integer, default=32, help="at most this many (default 32, a pull batch)")
     by_offset.add_argument("--tags", default="*", help="subscription: '*' or 'TagA || TagB'")
     by_offset.add_argument("--full", action="store_true", help="show every field and the whole body")
     by_offset.add_argument(
@@ -160,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     by_id.add_argument("--full", action="store_true", help="show every field and the whole body")
     by_time = kinds.add_parser("time", parents=[common], help="queue offset of the first message at a time")
     by_time.add_argument("--topic", required=True)
-    by_time.add_argument("--queue", type=int, required=True)
+    by_time.add_argument("--queue", type=integer, required=True)
     by_time.add_argument("--at", required=True, help="store time (epoch ms or ISO-8601)")
     by_time.add_argument(
         "--boundary",

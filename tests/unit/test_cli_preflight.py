@@ -177,3 +177,10 @@ def test_a_bad_offset_snapshot_exits_1_naming_it_and_loads_nothing(tmp_path, con
     assert run("offsets", "--lake", str(tmp_path / "lake"), "--input", str(snapshot)) == 1
     assert message in capsys.readouterr().err
     assert not (tmp_path / "lake").exists()
+
+
+@pytest.mark.parametrize("queue", ["\u0668", "1_0", "9" * 5000])
+def test_integer_options_take_ascii_digits_only(tmp_path, queue, capsys):
+    code = run("query", "offset", "--topic", "T", "--queue", queue, "--offset", "0", "--lake", str(tmp_path))
+    assert code == 2
+    assert "--queue: expected an integer of ASCII digits" in capsys.readouterr().err
