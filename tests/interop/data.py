@@ -26,12 +26,13 @@ SIZES = [
 CLUSTER = "DefaultCluster"
 ORDERS = "InteropOrders"  # auto-created: broker.default_topic_queue_nums (4) queues
 TX = "InteropTx"
+PROFILES = "UserProfile"  # COMPACTION in conf/topics.yaml (4 queues): every message needs keys
 RETRY = "%RETRY%" + "cg_" + "interop_settlement_group_" * 6  # 160 characters: V2 magic
 COLLIDING = ["Aa", "BB", "AaAa", "BBBB", "AaBB"]  # equal String.hashCode in pairs and triples
 TAGS = ["TagA", "TagB", "TagPay", "TagRefund"]  # "TagPay" has a negative hash
 STORE_HOSTS = ["127.0.0.1:10911", "[2001:db8::1]:10911"]
 BORN_HOSTS = ["10.1.2.3:50100", "[2001:db8::7]:50200", "[fe80::1:2]:40000", "192.168.7.9:61000"]
-START_MS = 1795687200000  # 2026-11-20 07:20:00 UTC
+START_MS = 1795687200000  # 2026-11-26 10:00:00 UTC
 PROPERTY_LIMIT = 32767
 
 
@@ -127,6 +128,8 @@ def messages(count: int = 900, *, seed: int = 16) -> list[Message]:
         elif kind < 0.27:
             topic, queue = TX, rng.randrange(2)
             transaction = rng.choice(["PREPARED", "COMMIT", "ROLLBACK", "NOT_TYPE"])
+        elif kind < 0.35:
+            topic, queue = PROFILES, rng.randrange(4)
         body_size = 0 if i % 10 == 3 else rng.choice([1, 17, 64, 200, 640])
         body = bytes(rng.randrange(256) for _ in range(body_size)) if i % 4 else f"body {i} ✓".encode()[:body_size]
         keys = None
@@ -139,6 +142,8 @@ def messages(count: int = 900, *, seed: int = 16) -> list[Message]:
             keys = rng.choice(COLLIDING)  # String.hashCode collisions
         elif choice == 4:
             keys = f"cust-{i % 13}  spaced-{i}"  # a double space: an empty token, skipped
+        if topic == PROFILES:
+            keys = f"user-{i % 23}"  # compaction keys; an empty body is a tombstone
         tags = rng.choice(TAGS) if i % 5 else None
         props: list[tuple[str, str]] = []
         if i % 3 == 0:
