@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from rmqlake.errors import UsageError
-from rmqlake.formats.consumequeue import offset_in_queue_by_time, tags_code
+from rmqlake.formats.consumequeue import store_offset_by_time, tags_code
 from rmqlake.formats.indexfile import (
     MAX_QUERY_RESULTS,
     IndexEntry,
@@ -472,7 +472,7 @@ def query_time(
         files.setdefault(unit["cq_file"], []).append((unit["commitlog_offset"], stored))
     ordered = [(int(name) // 20, files[name]) for name in sorted(files)]
     minimum = (min_offsets or {}).get(f"{topic}\t{queue}", units[0]["queue_offset"] if units else 0)
-    offset = offset_in_queue_by_time(
+    offset = store_offset_by_time(
         ordered, timestamp=at, boundary=boundary, min_logic_offset=minimum, min_phy_offset=min_phy_offset
     )
     return {"topic": topic, "queue_id": queue, "at": at, "boundary": boundary, "queue_offset": offset}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmqlake.formats.consumequeue import offset_in_queue_by_time
+from rmqlake.formats.consumequeue import offset_in_queue_by_time, store_offset_by_time
 
 # one file starting at queue offset 0: (commitlog offset, store time)
 FILE = [(0, 100), (10, 100), (20, 200), (30, 300), (40, 300), (50, 300), (60, 500)]
@@ -39,3 +39,15 @@ def test_file_chosen_by_its_last_unit_and_min_offsets_respected():
     # offset, even though it is below the queue's min offset
     assert offset_in_queue_by_time([(0, FILE)], timestamp=100, boundary="lower", min_logic_offset=2) == 0
     assert offset_in_queue_by_time([(0, FILE)], timestamp=250, boundary="lower", min_logic_offset=2) == 3
+
+
+def test_the_store_keeps_the_answer_within_the_queues_min_and_max_offsets():
+    # RocketMQ 5.3.3 (ConsumeQueueStore.getOffsetInQueueByTime) clamps the queue's answer; seen on an export
+    # after expiry, where a time before every live message gave 32 (lower) and 0 (upper) instead of 37
+    expired = [(0, FILE)]  # units 0-1 are below the corrected min offset 2
+    assert offset_in_queue_by_time(expired, timestamp=100, boundary="lower", min_logic_offset=2) == 0
+    assert store_offset_by_time(expired, timestamp=100, boundary="lower", min_logic_offset=2) == 2
+    assert store_offset_by_time(expired, timestamp=50, boundary="upper", min_logic_offset=2) == 2
+    assert store_offset_by_time(expired, timestamp=250, boundary="lower", min_logic_offset=2) == 3  # inside: as is
+    assert store_offset_by_time(expired, timestamp=600, boundary="lower", min_logic_offset=2) == 7  # the max offset
+    assert store_offset_by_time([(0, FILE)], timestamp=50, boundary="upper") == 0

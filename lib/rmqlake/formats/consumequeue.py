@@ -158,6 +158,36 @@ def offset_in_queue_by_time(
     return first + (right if lower else left)
 
 
+def store_offset_by_time(
+    files: list[tuple[int, list[tuple[int, int]]]],
+    *,
+    timestamp: int,
+    boundary: str = "lower",
+    min_logic_offset: int = 0,
+    min_phy_offset: int = 0,
+) -> int:
+    """``DefaultMessageStore.getOffsetInQueueByTime``: the queue's answer kept within its min and max offsets.
+
+    The store (``ConsumeQueueStore``) clamps what :func:`offset_in_queue_by_time`
+    answers to ``[minOffsetInQueue, maxOffsetInQueue]``, so a time before the
+    queue's first live message gives its min offset (not the file's first
+    offset, nor 0 for ``upper``) once expiry moved the min offset up.
+
+    Args:
+        files: as for :func:`offset_in_queue_by_time`; the last file's units
+            end at the queue's max offset.
+        min_logic_offset: the queue's min offset.
+
+    Returns:
+        The queue offset, ``min_logic_offset <= offset <= max offset``.
+    """
+    offset = offset_in_queue_by_time(
+        files, timestamp=timestamp, boundary=boundary, min_logic_offset=min_logic_offset, min_phy_offset=min_phy_offset
+    )
+    maximum = files[-1][0] + len(files[-1][1]) if files else 0
+    return min(max(offset, min_logic_offset), maximum)
+
+
 def _file_by_time(files, *, timestamp: int, lower: bool):
     """``MappedFileQueue.getConsumeQueueMappedFileByTime``."""
     if lower:  # the first file whose last unit was stored at or after the time, else the newest file
