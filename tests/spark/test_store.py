@@ -117,6 +117,11 @@ def test_the_exported_store_is_what_the_spec_reader_expects(built):
     assert topics["UserProfile"]["attributes"] == {"cleanup.policy": "COMPACTION"}
     offsets = json.loads((store / "config" / "consumerOffset.json").read_text())["offsetTable"]
     assert set(offsets) == {f"{t.name}@{g}" for t in TOPICS for g in ("cg_billing", "cg_audit")}
+    groups = json.loads((store / "config" / "subscriptionGroup.json").read_text())["subscriptionGroupTable"]
+    assert {g: (c["groupName"], c["consumeEnable"]) for g, c in groups.items()} == {
+        "cg_billing": ("cg_billing", True),  # the groups the lake holds offsets of
+        "cg_audit": ("cg_audit", True),
+    }
 
     lake = open_lake(settings, read_only=True)
     keyed = [r for r in walk.records.values() if r["properties"].get("KEYS") and r["topic"] == "OrderEvents"]

@@ -1,14 +1,15 @@
 """A broker's store directory: file paths, the checkpoint file and the config JSON it reads (spec layout, 4.4).
 
 Sources: StorePathConfigHelper.java, StoreCheckpoint.java,
-TopicConfigSerializeWrapper / TopicConfig.java, ConsumerOffsetManager.java.
+TopicConfigSerializeWrapper / TopicConfig.java, ConsumerOffsetManager.java,
+SubscriptionGroupManager / SubscriptionGroupConfig.java.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 CHECKPOINT_FILE_SIZE = 4096  # one OS page, memory-mapped; only the first 40 bytes are used
@@ -89,6 +90,35 @@ def consumer_offsets_json(
         for (topic, group), queues in sorted(offsets.items())
     }
     return _pretty({"dataVersion": _data_version(data_version, timestamp), "offsetTable": table})
+
+
+def subscription_groups_json(groups: Iterable[str], *, data_version: int, timestamp: int) -> str:
+    """``config/subscriptionGroup.json`` (SubscriptionGroupWrapper): each group with the broker's defaults.
+
+    The defaults are those of a ``SubscriptionGroupConfig`` the broker
+    auto-creates: consuming enabled, one retry queue, 16 retries.
+    """
+    table = {
+        group: {
+            "attributes": {},
+            "brokerId": 0,
+            "consumeBroadcastEnable": True,
+            "consumeEnable": True,
+            "consumeFromMinEnable": True,
+            "consumeMessageOrderly": False,
+            "consumeTimeoutMinute": 15,
+            "groupName": group,
+            "groupSysFlag": 0,
+            "notifyConsumerIdsChangedEnable": True,
+            "retryMaxTimes": 16,
+            "retryQueueNums": 1,
+            "whichBrokerWhenConsumeSlowly": 1,
+        }
+        for group in sorted(groups)
+    }
+    return _pretty(
+        {"dataVersion": _data_version(data_version, timestamp), "forbiddenTable": {}, "subscriptionGroupTable": table}
+    )
 
 
 def _data_version(counter: int, timestamp: int) -> dict:

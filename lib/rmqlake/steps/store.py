@@ -256,6 +256,11 @@ def _write_metadata(lake: Lake, settings: Settings, entry, out: Path, *, last_me
     (config / "consumerOffset.json").write_text(
         S.consumer_offsets_json(offsets, data_version=entry.seq, timestamp=stamp)
     )
+    # a broker with autoCreateSubscriptionGroup=false serves only the groups it knows
+    groups = {group for _, group in offsets}
+    (config / "subscriptionGroup.json").write_text(
+        S.subscription_groups_json(groups, data_version=entry.seq, timestamp=stamp)
+    )
 
 
 # -- import ------------------------------------------------------------------------------------
