@@ -15,12 +15,15 @@ CONF = REPO / "conf"
 
 @pytest.fixture(scope="session")
 def spark():
+    """``local[2]`` with the Delta Lake extension loaded (jars from ``make jars``), so that a test picks the
+    engine per lake with ``lake.engine``; lakes of the default delta-rs engine never go through it."""
     from rmqlake.config import SparkSettings
     from rmqlake.logs import configure_logging
     from rmqlake.session import get_spark
 
     configure_logging("INFO")
-    session = get_spark(SparkSettings(master="local[2]", shuffle_partitions=2), conf_dir=CONF, app_name="rmqlake-tests")
+    settings = SparkSettings(master="local[2]", shuffle_partitions=2, delta_jars=str(REPO / ".jars" / "delta"))
+    session = get_spark(settings, conf_dir=CONF, app_name="rmqlake-tests", delta_extension=True)
     yield session
     session.stop()
 

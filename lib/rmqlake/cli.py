@@ -199,8 +199,9 @@ def _settings(args):
 def _spark(settings, args, app: str):
     from rmqlake.session import get_spark
 
-    spark = get_spark(settings.spark, conf_dir=args.conf, app_name=f"rmqlake-{app}")
-    if settings.lake.engine == "delta-spark":  # before anything is read or written
+    delta = settings.lake.engine == "delta-spark"
+    spark = get_spark(settings.spark, conf_dir=args.conf, app_name=f"rmqlake-{app}", delta_extension=delta)
+    if delta:  # before anything is read or written
         from rmqlake.lake.deltaspark import require_delta_extension
 
         require_delta_extension(spark)

@@ -164,6 +164,7 @@ class SparkSettings(_Section):
     shuffle_partitions: int = Field(4, ge=1, le=INT_MAX)
     driver_memory: str = "2g"
     conf: dict[str, str] = Field(default_factory=dict)
+    delta_jars: str = ".jars/delta"  # lake.engine delta-spark outside spark-submit: the folder `make jars` fills
 
     @field_validator("driver_memory")
     @classmethod

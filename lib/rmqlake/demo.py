@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     from rmqlake.steps.ingest import ingest
     from rmqlake.steps.reput import reput
 
-    spark = get_spark(settings.spark, conf_dir=args.conf, app_name="rmqlake-demo")
+    delta = settings.lake.engine == "delta-spark"
+    spark = get_spark(settings.spark, conf_dir=args.conf, app_name="rmqlake-demo", delta_extension=delta)
     landing = Path(args.data) / "landing"
     hours = sorted(p for p in landing.glob("dt=*/hour=*"))
     runs = []

@@ -3,7 +3,9 @@
 Under ``spark-submit`` the submitted master and settings win and only
 rmqlake's SQL settings are added; in a plain Python process (the
 ``rmqlake`` CLI, tests) the session is built from the ``spark`` conf
-section. Either way Spark is never asked to download anything.
+section. Either way Spark is never asked to download anything: the Delta
+Lake jars of ``lake.engine: delta-spark`` come from the folder ``make jars``
+fills (``spark.delta_jars``), or from the user's ``--jars``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ REQUIRED_SQL_CONF = {
     "spark.sql.debug.maxToStringFields": "200",
 }
 _DOWNLOAD_FLAGS = ("--packages", "--repositories")
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+# The two jars of the Delta Lake Spark extension (jars/pom.xml pins their version); Spark provides the rest.
+DELTA_JARS = ("delta-spark_2.13", "delta-storage")
+# Delta's own defaults are sized for big tables (50 partitions per log replay); rmqlake's tables have few
+# files per commit. Applied only where the user did not set them.
+DELTA_SQL_CONF = {"spark.databricks.delta.snapshotPartitions": "4"}
+CHECKOUT = Path(__file__).resolve().parents[2]  # lib/rmqlake/session.py -> the checkout, for .jars/delta
 
 
 def under_spark_submit() -> bool:
@@ -64,8 +75,32 @@ def prepare_environment(conf_dir: str | Path | None = None) -> None:
         )
 
 
+def delta_jar_paths(folder: str | Path) -> list[str]:
+    """The Delta Lake jars in ``folder`` (relative: to the working directory, else to this checkout).
+
+    Raises:
+        ConfigError: a jar is missing, naming the folder and the command that fetches it.
+    """
+    folder = Path(folder)
+    candidates = [folder] if folder.is_absolute() else [Path.cwd() / folder, CHECKOUT / folder]
+    for base in candidates:
+        found = {prefix: sorted(base.glob(f"{prefix}-*.jar")) for prefix in DELTA_JARS}
+        if all(len(jars) == 1 for jars in found.values()):
+            return [str(jars[0].resolve()) for jars in found.values()]
+    where = " or ".join(str(c) for c in dict.fromkeys(candidates))
+    raise ConfigError(
+        f"lake.engine is delta-spark but {where} does not hold exactly one {' and one '.join(DELTA_JARS)} jar "
+        "(spark.delta_jars). Run `make jars` once (Maven fetches the pinned Delta Lake jars into .jars/delta), "
+        "or give the jars to spark-submit with --jars"
+    )
+
+
 def get_spark(
-    settings: SparkSettings | None = None, *, conf_dir: str | Path | None = None, app_name: str | None = None
+    settings: SparkSettings | None = None,
+    *,
+    conf_dir: str | Path | None = None,
+    app_name: str | None = None,
+    delta_extension: bool = False,
 ):
     """Return the SparkSession, building it on first use.
 
@@ -73,13 +108,28 @@ def get_spark(
         settings: the ``spark`` conf section (defaults when ``None``).
         conf_dir: folder whose ``log4j2.properties`` quiets Spark's logging.
         app_name: overrides ``spark.app_name``.
+        delta_extension: load the Delta Lake extension (``lake.engine: delta-spark``): its SQL extension
+            and catalog, and, outside ``spark-submit``, its jars from ``settings.delta_jars`` through
+            ``spark.jars``. Under ``spark-submit`` the jars are the user's (``--jars``): a JVM that is
+            already running cannot take new ones.
 
     Raises:
-        ConfigError: the settings would make Spark download jars.
+        ConfigError: the settings would make Spark download jars, or the Delta jars are missing.
     """
     settings = settings or SparkSettings()
     prepare_environment(conf_dir)
     from pyspark.sql import SparkSession
+
+    extra: dict[str, str] = {}
+    if delta_extension:
+        extra = {"spark.sql.extensions": DELTA_EXTENSION, "spark.sql.catalog.spark_catalog": DELTA_CATALOG}
+        extra.update({k: v for k, v in DELTA_SQL_CONF.items() if k not in settings.conf})
+        own = settings.conf.get("spark.sql.extensions", "")
+        if own and DELTA_EXTENSION not in own:
+            extra["spark.sql.extensions"] = f"{own},{DELTA_EXTENSION}"
+        if not under_spark_submit() and SparkSession.getActiveSession() is None:
+            jars = [j for j in settings.conf.get("spark.jars", "").split(",") if j]
+            extra["spark.jars"] = ",".join([*jars, *delta_jar_paths(settings.delta_jars)])
 
     builder = SparkSession.builder.appName(app_name or settings.app_name)
     if not under_spark_submit():
@@ -91,7 +141,7 @@ def get_spark(
             .config("spark.driver.bindAddress", "127.0.0.1")
         )
     builder = builder.config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
-    for key, value in {**settings.conf, **REQUIRED_SQL_CONF}.items():
+    for key, value in {**settings.conf, **extra, **REQUIRED_SQL_CONF}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     packages = spark.sparkContext.getConf().get("spark.jars.packages", "")

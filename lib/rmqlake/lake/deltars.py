@@ -19,7 +19,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from rmqlake.errors import CommitConflictError
 from rmqlake.lake.actions import DataFile
-from rmqlake.lake.tables import TableSpec
+from rmqlake.lake.tables import TABLE_PROPERTIES, TableSpec
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ class DeltaRsEngine:
                 partition_by=list(spec.partition_by) or None,
                 name=spec.name,
                 description=spec.description or None,
+                configuration=TABLE_PROPERTIES,
                 storage_options=self.storage_options or None,
             )
         except Exception:  # another process created it first

@@ -1,4 +1,4 @@
-"""The delta-spark engine: table commits through the Delta Lake Spark extension, for clusters that have its jars.
+"""The delta-spark engine: table commits through the Delta Lake Spark extension.
 
 Same layout and the same commits as the delta-rs engine: Spark stages the
 Parquet files, then one Delta commit per table adds them (and removes what
@@ -6,19 +6,26 @@ the run removes) together with the run's app transactions, through Delta's
 own ``OptimisticTransaction`` (``DeltaLog.startTransaction().commit``), so the
 extension's conflict checks apply. The actions are handed over as Delta log
 JSON (``Action.fromJson``), the protocol's stable form, not as Scala
-constructors. Reads and metadata stay with delta-rs, which reads any Delta
-table; Spark jobs read the tables with ``spark.read.format("delta")``. The
-ledger table is always committed with delta-rs.
+constructors; a table is created the same way (protocol and metadata
+actions, with the table properties every engine uses). Spark
+jobs read the tables with ``spark.read.format("delta")`` at the version the
+lake pins (``spark_io.read_table``); metadata reads (versions, app
+transactions, file statistics), vacuum and the ``_rmqlake_ledger`` table stay
+with delta-rs, which reads any Delta table.
 
-It cannot run on the machines this project is developed on (no Maven
-access, so no Delta jars): the tests that exercise it are skipped there,
-with that reason; the start-up check and the action JSON are tested.
+Only Delta's SQL and its ``DeltaLog`` are used, never the ``io.delta.tables``
+API (``delta.tables.DeltaTable``): Delta 4.1.0 is compiled against Spark
+4.1.0, whose ``IgnoreCachedData`` Spark 4.1.3 no longer has, and that class
+(with the ALTER TABLE commands) fails to load on the pinned Spark.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Literal
 from urllib.parse import quote
@@ -26,15 +33,22 @@ from urllib.parse import quote
 from rmqlake.errors import CommitConflictError, ConfigError
 from rmqlake.lake.actions import DataFile
 from rmqlake.lake.deltars import DeltaRsEngine
-from rmqlake.lake.tables import TableSpec
+from rmqlake.lake.tables import TABLE_PROPERTIES, TableSpec
+
+log = logging.getLogger(__name__)
 
 EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 _MISSING = (
-    "lake.engine is delta-spark but {what}. Put the Delta Lake jars on the classpath (e.g. spark-submit "
-    "--jars delta-spark_2.13-4.1.0.jar,delta-storage-4.1.0.jar; Databricks runtimes have them) and set "
-    f"spark.sql.extensions={EXTENSION} and spark.sql.catalog.spark_catalog={CATALOG}; or use lake.engine=delta-rs"
+    "lake.engine is delta-spark but {what}. Run `make jars` once (Maven fetches the pinned Delta Lake jars into "
+    ".jars/delta; rmqlake gives them to Spark with spark.jars); under spark-submit pass them yourself: "
+    "--jars .jars/delta/delta-spark_2.13-4.1.0.jar,.jars/delta/delta-storage-4.1.0.jar "
+    f"(spark.sql.extensions={EXTENSION} and spark.sql.catalog.spark_catalog={CATALOG} are set by rmqlake); "
+    "or use lake.engine=delta-rs"
 )
+# Delta's conflict exceptions (io.delta.exceptions.*): another commit won; the run is recomputed or retried.
+_CONFLICT = re.compile(r"Concurrent\w*Exception|ProtocolChangedException|MetadataChangedException")
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 def require_delta_extension(spark) -> None:
@@ -46,8 +60,10 @@ def require_delta_extension(spark) -> None:
     extensions = spark.conf.get("spark.sql.extensions", "") or ""
     if EXTENSION not in extensions:
         raise ConfigError(_MISSING.format(what=f"spark.sql.extensions ({extensions or 'unset'}) lacks {EXTENSION}"))
-    try:
-        spark._jvm.java.lang.Class.forName("org.apache.spark.sql.delta.DeltaLog")
+    jvm = spark._jvm
+    try:  # spark.jars are in the context class loader, not the JVM's system one
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName("org.apache.spark.sql.delta.DeltaLog", False, loader)
     except Exception as exc:  # py4j wraps ClassNotFoundException
         raise ConfigError(_MISSING.format(what="the Delta Lake classes are not on the classpath")) from exc
 
@@ -87,8 +103,23 @@ def log_path(path: str) -> str:
     return quote(path, safe="/=")
 
 
+def create_table_actions(spec: TableSpec, *, schema_json: str, table_id: str, now_ms: int) -> list[dict]:
+    """The protocol and metadata actions that create ``spec`` (version 0), with rmqlake's table properties."""
+    metadata = {
+        "id": table_id,
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": schema_json,
+        "partitionColumns": list(spec.partition_by),
+        "configuration": dict(TABLE_PROPERTIES),
+        "createdTime": now_ms,
+    }
+    if spec.description:
+        metadata["description"] = spec.description
+    return [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}, {"metaData": metadata}]
+
+
 class DeltaSparkEngine(DeltaRsEngine):
-    """delta-rs reads; commits through the Delta Spark extension of the active SparkSession."""
+    """Commits (and table creation) through the Delta Spark extension of the active SparkSession."""
 
     name = "delta-spark"
 
@@ -102,16 +133,22 @@ class DeltaSparkEngine(DeltaRsEngine):
         return spark
 
     def ensure_table(self, spec: TableSpec) -> None:
+        """Create ``spec`` empty if it does not exist (a concurrent creation is fine).
+
+        Committed as version 0 through ``DeltaLog``, not ``CREATE TABLE IF NOT EXISTS``, which takes a
+        folder that already holds files (this run's staging folder) for an existing table and creates nothing.
+        """
         if self.exists(spec.name):
             return
-        from delta.tables import DeltaTable
-
-        builder = (
-            DeltaTable.createIfNotExists(self._spark()).location(self.uri(spec.name)).addColumns(spec.spark_schema)
-        )
-        if spec.partition_by:
-            builder = builder.partitionedBy(*spec.partition_by)
-        builder.execute()
+        spark = self._spark()
+        schema = ", ".join(f"`{name}` {kind}" for name, kind in spec.fields)
+        schema_json = spark._jvm.org.apache.spark.sql.types.StructType.fromDDL(schema).json()
+        actions = create_table_actions(spec, schema_json=schema_json, table_id=str(uuid.uuid4()), now_ms=_now_ms())
+        try:
+            self._commit(spark, spec.name, actions, metadata={"rmqlake.created": spec.name})
+        except CommitConflictError:  # another process created it first
+            if not self.exists(spec.name):
+                raise
 
     def commit_files(
         self,
@@ -124,16 +161,25 @@ class DeltaSparkEngine(DeltaRsEngine):
         metadata: Mapping[str, str],
         deletion_timestamp: int = 0,
     ) -> int:
+        """Commit ``adds`` (files already in place) and ``removes`` in one Delta commit, as delta-rs does.
+
+        ``metadata`` becomes the commit's ``userMetadata`` (JSON).
+
+        Returns:
+            The new table version.
+
+        Raises:
+            CommitConflictError: Delta's conflict check refused the commit.
+        """
         self.ensure_table(spec)
         spark = self._spark()
-        jvm = spark._jvm
-        delta = jvm.org.apache.spark.sql.delta
-        log = delta.DeltaLog.forTable(spark._jsparkSession, self.uri(spec.name))
-        txn = log.startTransaction()
-        now_ms = int(time.time() * 1000)
+        delta = spark._jvm.org.apache.spark.sql.delta
+        txn = delta.DeltaLog.forTable(spark._jsparkSession, self.uri(spec.name)).startTransaction()
+        now_ms = _now_ms()
         for app_id in app_transactions:
             txn.txnVersion(app_id)  # read: a concurrent commit of the same app id now conflicts
         if mode == "overwrite":  # every file of the version the transaction read goes
+            txn.readWholeTable()  # and a concurrent append conflicts instead of surviving the overwrite
             named = {f.path for f in removes}
             removes = [
                 *removes,
@@ -142,6 +188,18 @@ class DeltaSparkEngine(DeltaRsEngine):
         actions = [add_action(f) for f in adds]
         actions += [remove_action(f, deletion_timestamp=deletion_timestamp or now_ms) for f in removes]
         actions += [txn_action(a, v, now_ms=now_ms) for a, v in app_transactions.items()]
+        return self._commit(spark, spec.name, actions, metadata=metadata, txn=txn)
+
+    def _commit(self, spark, table: str, actions: list[dict], *, metadata: Mapping[str, str], txn=None) -> int:
+        """Commit ``actions`` (Delta log JSON) in ``txn`` (a new transaction when ``None``).
+
+        Raises:
+            CommitConflictError: Delta's conflict check refused the commit.
+        """
+        jvm = spark._jvm
+        delta = jvm.org.apache.spark.sql.delta
+        if txn is None:
+            txn = delta.DeltaLog.forTable(spark._jsparkSession, self.uri(table)).startTransaction()
         parsed = jvm.java.util.ArrayList()
         for action in actions:
             parsed.add(delta.actions.Action.fromJson(json.dumps(action)))
@@ -149,14 +207,19 @@ class DeltaSparkEngine(DeltaRsEngine):
         seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(parsed).toSeq()
         try:
             if metadata:
-                spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", json.dumps(dict(metadata)))
+                spark.conf.set(USER_METADATA, json.dumps(dict(metadata), sort_keys=True))
             version = txn.commit(seq, operation)
         except Exception as exc:
-            if "Concurrent" in type(exc).__name__ or "Concurrent" in str(exc):
+            if _CONFLICT.search(str(exc)):
                 raise CommitConflictError(
-                    f"commit to table {spec.name} conflicted with a concurrent commit: {exc}"
+                    f"commit to table {table} conflicted with a concurrent commit: {str(exc).splitlines()[0]}"
                 ) from exc
             raise
         finally:
-            spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
+            spark.conf.unset(USER_METADATA)
+        log.debug("committed %s version %d through the Delta extension", table, version)
         return int(version)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -23,6 +23,15 @@ MESSAGE_COLUMNS = """
 """
 
 
+# Every table is created with these properties, by either engine: the plain protocol (reader 1, writer 2, no
+# table features) that every reader of the lake opens (delta-rs, Spark, DuckDB and Polars through delta-rs).
+# Deletion vectors would raise it to reader 3 / writer 7 with features, and a DELETE by Spark on a cluster
+# whose session defaults turn them on would write them; pinned off here. Delta enables the other features
+# (row tracking, in-commit timestamps, v2 checkpoints) only when asked; they are not named at all, because
+# delta-rs 1.6 cannot even parse those properties (its kernel rejects "delta.enableRowTracking": "false").
+TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """A lake table: its folder name, columns (Spark DDL) and partition columns."""
