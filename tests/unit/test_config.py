@@ -114,3 +114,13 @@ def test_broken_yaml_names_the_file(tmp_path):
     (conf / "topics.yaml").write_text("topics: [unclosed\n")
     with pytest.raises(ConfigError, match=f"configuration file {conf / 'topics.yaml'} is not valid YAML"):
         load_settings(conf)
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "env" / "latin.yaml").write_bytes(b"broker:\n  cluster_name: Caf\xe9\n")
+    with pytest.raises(
+        ConfigError, match=f"configuration file {conf / 'env' / 'latin.yaml'} is not UTF-8 text \\(byte 25\\)"
+    ):
+        load_settings(conf, env="latin")
