@@ -121,6 +121,6 @@ def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
     shutil.copytree(CONF, conf)
     (conf / "env" / "latin.yaml").write_bytes(b"broker:\n  cluster_name: Caf\xe9\n")
     with pytest.raises(
-        ConfigError, match=f"configuration file {conf / 'env' / 'latin.yaml'} is not UTF-8 text \\(byte 25\\)"
+        ConfigError, match=f"configuration file {conf / 'env' / 'latin.yaml'} is not UTF-8 text \\(byte 27\\)"
     ):
         load_settings(conf, env="latin")
