@@ -10,12 +10,17 @@ with ``{``; RocketMQ's own logging goes to files under the JVM's ``user.home`` (
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+from rmqlake.formats.hosts import parse_host
+from rmqlake.formats.record import encode_record
+from rmqlake.transforms.store_files import record_from_row
 
 REPO = Path(__file__).resolve().parents[2]
 JARS = REPO / ".jars"
@@ -98,3 +103,29 @@ def run_java(
         if line.startswith("{"):
             return json.loads(line)
     raise HarnessError(f"{main_class} printed no JSON object:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+
+
+def message_fields(row: dict, *, raw: bool = True) -> dict:
+    """A commitlog row as the harness prints a message MessageDecoder read (hosts as their stored field, hex)."""
+    out = {
+        "msgId": row["msg_id"],
+        "topic": row["topic"],
+        "queueId": row["queue_id"],
+        "flag": row["flag"],
+        "queueOffset": row["queue_offset"],
+        "commitLogOffset": row["physical_offset"],
+        "storeSize": row["total_size"],
+        "sysFlag": row["sys_flag"],
+        "bodyCRC": row["body_crc"],
+        "bornTimestamp": row["born_timestamp"],
+        "bornHost": parse_host(row["born_host"]).encode().hex(),
+        "storeTimestamp": row["store_timestamp"],
+        "storeHost": parse_host(row["store_host"]).encode().hex(),
+        "reconsumeTimes": row["reconsume_times"],
+        "preparedTransactionOffset": row["prepared_transaction_offset"],
+        "body": base64.b64encode(row["body"]).decode() if row["body"] else None,  # the decoder leaves it null
+        "properties": dict(sorted(row["properties"])),
+    }
+    if raw:
+        out["raw"] = base64.b64encode(encode_record(record_from_row(row))).decode()
+    return out

@@ -10,7 +10,6 @@ the lake's tables and rmqlake's ``query``/``status`` answers; again after ``expi
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 from datetime import UTC, datetime
@@ -18,18 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from rmqlake.formats.hosts import parse_host
-from rmqlake.formats.record import encode_record
 from rmqlake.query import query_key, query_msgid, query_offset, query_time
 from rmqlake.steps.compact import compact
 from rmqlake.steps.expire import expire
 from rmqlake.steps.ingest import open_lake
 from rmqlake.steps.status import status
 from rmqlake.steps.store import export_store
-from rmqlake.transforms.store_files import record_from_row
 from tests.interop import data
 from tests.interop.conftest import copy_lake, lake_settings
-from tests.interop.harness import run_java
+from tests.interop.harness import message_fields, run_java
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 LONG_MAX = 2**63 - 1
@@ -59,32 +55,6 @@ def read_store(store: Path, request: dict) -> dict:
 def commitlog_rows(settings) -> dict[int, dict]:
     rows = open_lake(settings, read_only=True).read_arrow("commitlog").to_pylist()
     return {row["physical_offset"]: row for row in rows}
-
-
-def fields(row: dict, *, raw: bool = True) -> dict:
-    """A commitlog row as the harness prints a message MessageDecoder read (hosts as their stored field, hex)."""
-    out = {
-        "msgId": row["msg_id"],
-        "topic": row["topic"],
-        "queueId": row["queue_id"],
-        "flag": row["flag"],
-        "queueOffset": row["queue_offset"],
-        "commitLogOffset": row["physical_offset"],
-        "storeSize": row["total_size"],
-        "sysFlag": row["sys_flag"],
-        "bodyCRC": row["body_crc"],
-        "bornTimestamp": row["born_timestamp"],
-        "bornHost": parse_host(row["born_host"]).encode().hex(),
-        "storeTimestamp": row["store_timestamp"],
-        "storeHost": parse_host(row["store_host"]).encode().hex(),
-        "reconsumeTimes": row["reconsume_times"],
-        "preparedTransactionOffset": row["prepared_transaction_offset"],
-        "body": base64.b64encode(row["body"]).decode() if row["body"] else None,  # the decoder leaves it null
-        "properties": dict(sorted(row["properties"])),
-    }
-    if raw:
-        out["raw"] = base64.b64encode(encode_record(record_from_row(row))).decode()
-    return out
 
 
 def lookups(settings, rows: dict[int, dict]) -> dict:
@@ -193,7 +163,7 @@ def assert_store_answers_equal_the_lake(answer: dict, settings, asked: dict) -> 
         expected = expected_queues[key]
         assert (broker["minOffset"], broker["maxOffset"]) == (expected["min_offset"], expected["max_offset"]), key
         cq = by_queue[key]
-        wanted = [fields(rows[cq[o]]) for o in range(expected["min_offset"], expected["max_offset"])]
+        wanted = [message_fields(rows[cq[o]]) for o in range(expected["min_offset"], expected["max_offset"])]
         assert len(broker["messages"]) == len(wanted), key
         for got, want in zip(broker["messages"], wanted, strict=True):
             assert got == want, f"{key} queue offset {want['queueOffset']}"
@@ -210,7 +180,7 @@ def assert_store_answers_equal_the_lake(answer: dict, settings, asked: dict) -> 
                 and q["key"] in m["properties"].get("KEYS", "").split(" ")]  # fmt: skip
         assert kept == [r["physical_offset"] for r in ours["rows"]], q
         assert len(found) == ours["metrics"]["returned"] + ours["metrics"]["collisions_removed"], q
-        assert all(m == fields(rows[m["commitLogOffset"]]) for m in found), q
+        assert all(m == message_fields(rows[m["commitLogOffset"]]) for m in found), q
     for q, found, row, ours in zip(
         request["key_queries"][key_count:],
         answer["keyQueries"][key_count:],
@@ -224,7 +194,7 @@ def assert_store_answers_equal_the_lake(answer: dict, settings, asked: dict) -> 
     assert sum(len(found) for found in answer["keyQueries"]) > len(answer["keyQueries"])  # the queries do find
     for msg_id, looked, ours in zip(asked["msg_ids"], answer["lookups"], asked["msg_answers"], strict=True):
         (row,) = ours["rows"]
-        assert looked == fields(rows[row["physical_offset"]], raw=False) and looked["msgId"] == msg_id
+        assert looked == message_fields(rows[row["physical_offset"]], raw=False) and looked["msgId"] == msg_id
     assert answer["timeQueries"] == asked["time_answers"]
 
 
