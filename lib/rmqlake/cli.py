@@ -32,6 +32,13 @@ def integer(text: str) -> int:
     return int(text)
 
 
+def fraction(text: str) -> float:
+    """A fraction option: a plain decimal in [0, 1] (``float()`` alone also takes ``nan``, ``inf`` and ``1e9``)."""
+    if not re.fullmatch(r"[0-9]{1,9}(\.[0-9]{1,9})?|\.[0-9]{1,9}", text.strip()) or not 0 <= float(text) <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1 such as 0.001, got {text!r:.40}")
+    return float(text)
+
+
 def _global_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("global options")
@@ -71,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--messages", type=integer, required=True, help="valid messages to write")
     generate.add_argument("--topics", help="comma-separated topics (default: the topics of topics.yaml)")
     generate.add_argument("--hours", type=integer, default=3, help="hours of traffic (default 3)")
-    generate.add_argument("--bad-rate", type=float, default=0.0, help="extra bad lines as a fraction of messages")
+    generate.add_argument("--bad-rate", type=fraction, default=0.0, help="extra bad lines as a fraction of messages")
     generate.add_argument("--seed", type=integer, default=42, help="random seed: same seed, same files")
     generate.add_argument("--start", help="first hour (epoch ms or ISO-8601; default 2026-11-21T00:00Z)")
     generate.add_argument("--gzip", action="store_true", help="write .jsonl.gz files")
@@ -241,6 +248,14 @@ def preflight(args, settings) -> None:
         from rmqlake.steps.offsets import snapshot_files
 
         snapshot_files(args.input)
+    elif args.command == "import-store":
+        from rmqlake.steps.store import store_segment_names
+
+        store_segment_names(args.store_dir, segment_size=settings.store.commitlog_segment_size)
+    elif args.command == "export-store" and args.as_of is not None:
+        from rmqlake.steps.store import parse_as_of
+
+        parse_as_of(args.as_of)
 
 
 def _check_lake_root(root: str, *, read_only: bool, given: bool) -> None:

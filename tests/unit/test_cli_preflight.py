@@ -184,3 +184,34 @@ def test_integer_options_take_ascii_digits_only(tmp_path, queue, capsys):
     code = run("query", "offset", "--topic", "T", "--queue", queue, "--offset", "0", "--lake", str(tmp_path))
     assert code == 2
     assert "--queue: expected an integer of ASCII digits" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rate", ["nan", "inf", "-0.1", "1.5", "1e-3", "\u0660.1"])
+def test_generate_takes_a_bad_rate_between_0_and_1_only(tmp_path, rate, capsys):
+    assert run("generate", "--out", str(tmp_path / "out"), "--messages", "10", "--bad-rate", rate) == 2
+    assert "--bad-rate: expected a fraction between 0 and 1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_import_store_of_a_folder_that_is_no_store_exits_1_before_spark(tmp_path, capsys):
+    not_a_store = tmp_path / "store"
+    not_a_store.mkdir()
+    assert run("import-store", str(not_a_store), "--lake", str(tmp_path / "lake")) == 1
+    assert f"{not_a_store}: no commitlog/ folder; is this a broker store directory?" in capsys.readouterr().err
+    (not_a_store / "commitlog").mkdir()
+    (not_a_store / "commitlog" / "00000000000000000000").write_bytes(b"\0" * 100)
+    assert run("import-store", str(not_a_store), "--lake", str(tmp_path / "lake")) == 2
+    assert "is 100 bytes but store.commitlog_segment_size is 65536" in capsys.readouterr().err
+
+
+def test_export_store_checks_as_of_before_spark(tmp_path, capsys):
+    from rmqlake.lake.ledger import LEDGER_TABLE
+
+    (tmp_path / "lake" / LEDGER_TABLE / "_delta_log").mkdir(parents=True)
+    code = run(
+        "export-store", "--out", str(tmp_path / "out"), "--as-of", "last tuesday", "--lake", str(tmp_path / "lake")
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--as-of: 'last tuesday' is neither epoch milliseconds nor ISO-8601" in err
+    assert "or a run number (its seq in rmqlake status)" in err

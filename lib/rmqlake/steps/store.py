@@ -110,15 +110,24 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
     }
 
 
-def _travel(lake: Lake, as_of: str):
+def parse_as_of(as_of: str) -> tuple[int | None, int | None]:
+    """``--as-of`` as ``(run seq, None)`` or ``(None, epoch ms)``; checked before Spark starts.
+
+    Raises:
+        UsageError: neither a run number nor a timestamp.
+    """
     text = str(as_of).strip()
-    if text.isdigit() and len(text) < 12:  # a ledger seq; epoch milliseconds have 13 digits
-        return lake.travel_to(seq=int(text))
+    if text.isascii() and text.isdigit() and len(text) < 12:  # a ledger seq; epoch milliseconds have 13 digits
+        return int(text), None
     try:
-        moment = to_datetime(parse_timestamp(text))
-    except ValueError as exc:
-        raise UsageError(f"--as-of {as_of!r}: expected a run number (rmqlake status) or a timestamp: {exc}") from None
-    return lake.travel_to(at=moment)
+        return None, parse_timestamp(text, option="--as-of")
+    except UsageError as exc:
+        raise UsageError(f"{exc}; or a run number (its seq in rmqlake status)") from None
+
+
+def _travel(lake: Lake, as_of: str):
+    seq, moment = parse_as_of(as_of)
+    return lake.travel_to(seq=seq) if seq is not None else lake.travel_to(at=to_datetime(moment))
 
 
 def _files_by(lake: Lake, table: str, key) -> dict:
@@ -266,6 +275,30 @@ def _write_metadata(lake: Lake, settings: Settings, entry, out: Path, *, last_me
 # -- import ------------------------------------------------------------------------------------
 
 
+def store_segment_names(store_dir: str, *, segment_size: int) -> list[str]:
+    """The commitlog file names of the broker store at ``store_dir``, checked without Spark.
+
+    Raises:
+        InputError: no ``commitlog/`` folder, or no segment file in it.
+        ConfigError: a segment file whose size or name does not fit ``segment_size``.
+    """
+    root = Path(store_dir).resolve()
+    folder = root / "commitlog"
+    if not folder.is_dir():
+        raise InputError(f"{root}: no commitlog/ folder; is this a broker store directory?")
+    names = sorted(n for n in os.listdir(folder) if n.isascii() and n.isdigit() and len(n) == 20)
+    if not names:
+        raise InputError(f"{folder}: no commitlog segment files (20-digit names)")
+    for name in names:
+        actual = os.path.getsize(folder / name)
+        if actual != segment_size or int(name) % segment_size:
+            raise ConfigError(
+                f"{folder / name} is {actual} bytes but store.commitlog_segment_size is {segment_size}; "
+                f"pass --set store.commitlog_segment_size={actual}"
+            )
+    return names
+
+
 def import_store(spark, settings: Settings, *, store_dir: str) -> dict:
     """Read the commitlog files of a broker store at ``store_dir`` into an empty lake.
 
@@ -276,19 +309,7 @@ def import_store(spark, settings: Settings, *, store_dir: str) -> dict:
     """
     root = Path(store_dir).resolve()
     folder = root / "commitlog"
-    if not folder.is_dir():
-        raise InputError(f"{root}: no commitlog/ folder; is this a broker store directory?")
-    names = sorted(n for n in os.listdir(folder) if n.isdigit() and len(n) == 20)
-    if not names:
-        raise InputError(f"{folder}: no commitlog segment files (20-digit names)")
-    size = settings.store.commitlog_segment_size
-    for name in names:
-        actual = os.path.getsize(folder / name)
-        if actual != size or int(name) % size:
-            raise ConfigError(
-                f"{folder / name} is {actual} bytes but store.commitlog_segment_size is {size}; "
-                f"pass --set store.commitlog_segment_size={actual}"
-            )
+    names = store_segment_names(store_dir, segment_size=settings.store.commitlog_segment_size)
     # size and modification time: every segment file has the segment size, so a rewrite shows in its mtime
     fingerprint = {name: [os.stat(folder / name).st_size, os.stat(folder / name).st_mtime_ns] for name in names}
     lake = open_lake(settings)
