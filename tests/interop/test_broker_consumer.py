@@ -1,14 +1,15 @@
 """A real RocketMQ 5.3.3 name server and broker serve an ``export-store`` directory to real consumers.
 
 tests/interop/java/BrokerHarness.java starts a NamesrvController and a BrokerController in one JVM
-(127.0.0.1, free ports) whose store root is the export of the shared interop lake plus two consumer
-offset snapshots, then runs DefaultLitePullConsumers one group after the other and answers with
-what each group received. The broker creates no topic (they come from ``config/topics.json``) and,
-for the lake's groups, no subscription group (they come from ``config/subscriptionGroup.json``);
-their committed offsets come from ``config/consumerOffset.json``.
+(127.0.0.1, free ports) whose store root is the export of the shared interop lake, its first
+commitlog segments expired, plus two consumer offset snapshots; then it runs DefaultLitePullConsumers,
+one group after the other, and answers with what each group received. The broker creates no topic
+(they come from ``config/topics.json``) and, for the lake's groups, no subscription group (they come
+from ``config/subscriptionGroup.json``); their committed offsets come from ``config/consumerOffset.json``.
 
 Expected messages come from the producer messages of tests/interop/data.py: per queue, the messages
-that take a queue offset (not PREPARED or ROLLBACK), in store order.
+that take a queue offset (not PREPARED or ROLLBACK), in store order; a queue is live from the min
+offset the lake corrected after expiry, which the broker must find on its own.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter, defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from rmqlake.steps.expire import expire
 from rmqlake.steps.ingest import open_lake
 from rmqlake.steps.offsets import load_offsets, queue_bounds
 from rmqlake.steps.store import export_store
 from tests.interop import data
-from tests.interop.conftest import copy_lake
+from tests.interop.conftest import copy_lake, lake_settings
 from tests.interop.harness import run_java
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
@@ -33,6 +36,7 @@ NEW_GROUP = "cg_interop_new"  # unknown to the lake: reads from the first offset
 COMPACTED_GROUP = "cg_interop_compacted"  # unknown to the lake, reads the COMPACTION topics
 LAKE_TOPICS = [data.ORDERS, data.TX]
 LIVE_TOPICS = [data.ORDERS, data.TX, data.RETRY]  # every DELETE topic with messages
+EXPIRED_SEGMENTS = 2
 
 
 def queues(messages) -> dict[tuple[str, int], list]:
@@ -75,6 +79,11 @@ def served(spark, interop_lake) -> dict:
     """The shared lake plus consumer offsets, exported and served by a real broker to three groups."""
     root = interop_lake.root / "d3-broker"
     settings = copy_lake(interop_lake, root / "lake")
+    segments = sorted(open_lake(settings).read_arrow("segments").to_pylist(), key=lambda s: s["start_offset"])
+    modified = segments[EXPIRED_SEGMENTS]["first_store_timestamp"]  # the last write to the segment before it
+    now = datetime.fromtimestamp((modified + 72 * 3_600_000) / 1000, tz=UTC)
+    settings = lake_settings(root / "lake", f"retention.delete_when={now.hour:02d}")
+    assert expire(spark, settings, now=now)["segments_deleted"] == EXPIRED_SEGMENTS
     expected = queues(interop_lake.messages)
     older, newer = committed_offsets(expected)
     write_snapshot(root / "offsets" / "consumerOffset-20261120T080000Z.json", older)
@@ -159,7 +168,9 @@ def test_the_broker_serves_the_lakes_queues_and_topic_configs(served):
     bounds = {(q["topic"], q["queueId"]): (q["minOffset"], q["maxOffset"]) for q in answer["queues"]}
     for queue, messages in served["expected"].items():
         if queue[0] in LIVE_TOPICS:
-            assert bounds[queue] == served["bounds"][queue] == (0, len(messages)), queue
+            assert bounds[queue] == served["bounds"][queue], queue  # min as corrected after expiry, max
+            assert bounds[queue][1] == len(messages), queue
+    assert any(bounds[q][0] > 0 for q in served["expected"] if q[0] in LIVE_TOPICS)  # expiry removed some
     for name in LIVE_TOPICS:
         config, broker = served["topics_json"][name], answer["topics"][name]
         assert (broker["readQueueNums"], broker["writeQueueNums"], broker["perm"]) == (
@@ -175,6 +186,7 @@ def test_a_lake_group_receives_exactly_the_messages_after_its_latest_committed_o
     assert {(t, int(q)): v for (t, q), v in loaded.items()} == served["committed"]  # the newer snapshot
     starts = {q: max(served["committed"].get(q, 0), served["bounds"][q][0]) for q in served["expected"]}
     assert any(0 < s < len(served["expected"][q]) for q, s in starts.items())  # some queues are read half way
+    assert any(served["committed"][q] < served["bounds"][q][0] for q in starts if q[0] in LAKE_TOPICS)  # expired
     assert_received_exactly(served, group, starts, LAKE_TOPICS)
 
 
