@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from rmqlake.config import load_settings
+from rmqlake.formats.store import ROCKETMQ_VERIFIED_VERSION
 from rmqlake.generate import TopicPlan, generate
 from rmqlake.logs import configure_logging
 from rmqlake.report import render_table
@@ -155,6 +156,10 @@ Or read the tables with any Delta reader:
 t = DeltaTable('{root}/commitlog').to_pyarrow_dataset(); \\
 print(duckdb.sql('select topic, count(*), sum(total_size) from t group by topic'))"
   .venv/bin/pyspark   then: spark.read.parquet(*DeltaTable('{root}/commitlog').file_uris())
+
+The store format is verified against Apache RocketMQ {ROCKETMQ_VERIFIED_VERSION}: its own store classes load an
+export, and a real name server and broker started on one serve real consumers exactly the messages after
+their groups' committed offsets. See it for yourself (once `make jars` fetched RocketMQ): make interop
 """
     )
     spark.stop()

@@ -12,6 +12,8 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+# the Apache RocketMQ release whose own classes judge the store in tests/interop (its pom pins the same)
+ROCKETMQ_VERIFIED_VERSION = "5.3.3"
 CHECKPOINT_FILE_SIZE = 4096  # one OS page, memory-mapped; only the first 40 bytes are used
 _CHECKPOINT = struct.Struct(">qqqqq")
 PERM_READ_WRITE = 6  # PermName.PERM_READ | PermName.PERM_WRITE
