@@ -152,6 +152,9 @@ public class StoreHarness {
             store.shutdown();
         }
         answer.put("abortAfterShutdown", new File(request.getString("storeDir"), "abort").exists());
+        String[] indexFiles = new File(request.getString("storeDir"), "index").list();
+        java.util.Arrays.sort(indexFiles);
+        answer.put("indexFiles", indexFiles); // after an abnormal exit, load() drops the files recovery rebuilds
         return answer;
     }
 
