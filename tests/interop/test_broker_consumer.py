@@ -132,6 +132,10 @@ def served(spark, interop_lake) -> dict:
     }
 
 
+def sha256(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
 def received(group: dict) -> dict[tuple[str, int], list[dict]]:
     """What a group received, per queue, in queue offset order; a message received twice fails."""
     seen = Counter((m["topic"], m["queueId"], m["queueOffset"]) for m in group["messages"])
@@ -143,7 +147,8 @@ def received(group: dict) -> dict[tuple[str, int], list[dict]]:
 
 
 def assert_received_exactly(served: dict, group: dict, starts: dict[tuple[str, int], int], topics: list[str]) -> None:
-    """Per queue of ``topics``: the messages at offsets [start, max), ids and bodies right, and nothing else."""
+    """Per queue of ``topics``: the messages at offsets [start, max), ids, bodies, keys, tags and store times
+    right, and nothing else."""
     got = received(group)
     assert {q for q in got if q[0] not in topics} == set(), "messages from topics the group did not subscribe to"
     queues_of = sorted(q for q in served["expected"] if q[0] in topics)
@@ -152,11 +157,22 @@ def assert_received_exactly(served: dict, group: dict, starts: dict[tuple[str, i
         messages = served["expected"][queue]
         start = starts[queue]
         want = [
-            (offset, m.uniq_key, served["msg_ids"][m.uniq_key], hashlib.sha256(m.body).hexdigest())
+            (offset, m.uniq_key, served["msg_ids"][m.uniq_key], sha256(m.body), m.keys, m.tags, m.store_timestamp)
             for offset, m in enumerate(messages)
             if offset >= start
         ]
-        have = [(m["queueOffset"], m["msgId"], m["offsetMsgId"], m["bodySha256"]) for m in got.get(queue, [])]
+        have = [
+            (
+                r["queueOffset"],
+                r["msgId"],
+                r["offsetMsgId"],
+                r["bodySha256"],
+                r.get("keys"),
+                r.get("tags"),
+                r["storeTimestamp"],
+            )
+            for r in got.get(queue, [])
+        ]
         assert have == want, f"{group['group']} on {queue}: from offset {start} of {len(messages)}"
     assert set(got) <= set(queues_of)
     assert group["complete"], f"{group['group']}: some queue was not read to its max offset"

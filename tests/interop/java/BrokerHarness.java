@@ -45,7 +45,8 @@ import org.apache.rocketmq.store.config.MessageStoreConfig;
  * </pre>
  *
  * <p>Everything listens on 127.0.0.1 only (the HA port, which the broker binds on every interface,
- * is a free port nobody connects to). The broker creates no topic (topics come from the store's
+ * is a free port nobody connects to; the name server's own client tries this host's address once
+ * and finds nothing there). The broker creates no topic (topics come from the store's
  * config/topics.json); whether it creates subscription groups is set per consumer group, before it
  * starts. Each group is a {@link DefaultLitePullConsumer} that subscribes
  * to its topics and polls until every queue is read to the broker's max offset, then a little longer
@@ -261,6 +262,7 @@ public class BrokerHarness {
         DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(name);
         consumer.setNamesrvAddr(namesrvAddr);
         consumer.setInstanceName("rmqlake-" + name);
+        consumer.setClientIP(HOST);
         consumer.setAutoCommit(false);  // read only: the committed offsets stay what the lake holds
         consumer.setConsumeFromWhere(group.getBooleanValue("fromFirst")
             ? ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET : ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
