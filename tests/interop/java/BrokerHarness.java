@@ -58,7 +58,17 @@ public class BrokerHarness {
     private static final String HOST = "127.0.0.1";
     private static final long GRACE_MILLIS = 1500;
 
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
+        try {
+            run(args);
+        } catch (Throwable failure) {
+            failure.printStackTrace();
+            System.exit(1);  // the broker is shut down; its and the client's non-daemon threads may remain
+        }
+        System.exit(0);  // client and broker leave non-daemon threads behind
+    }
+
+    private static void run(String[] args) throws Exception {
         JSONObject spec = JSON.parseObject(new String(Files.readAllBytes(Paths.get(args[0])), StandardCharsets.UTF_8));
         String work = spec.getString("work");
         int timeout = spec.getIntValue("timeoutSeconds");
@@ -78,7 +88,7 @@ public class BrokerHarness {
             broker = startBroker(spec, namesrvAddr, freePorts(2));
             result.put("brokerAddr", broker.getBrokerAddr());
             progress("broker " + broker.getBrokerAddr() + " started on " + spec.getString("store"));
-            waitForRegistration(namesrv, spec, timeout);
+            waitForRegistration(namesrv, spec, Math.min(30, timeout / 3));
             progress("the name server routes the topics");
             result.put("topics", topics(broker));
             JSONArray groups = new JSONArray();
@@ -98,7 +108,6 @@ public class BrokerHarness {
         System.out.println();
         System.out.println(JSON.toJSONString(result));
         System.out.flush();
-        System.exit(0);  // client and broker leave non-daemon threads behind
     }
 
     private static void progress(String line) {
@@ -161,6 +170,9 @@ public class BrokerHarness {
 
     private static BrokerController startBroker(JSONObject spec, String namesrvAddr, int port) throws Exception {
         String store = spec.getString("store");
+        if (!new File(store, "config" + File.separator + "topics.json").isFile()) {
+            throw new IllegalArgumentException(store + " holds no config/topics.json: not an exported store");
+        }
         BrokerConfig broker = new BrokerConfig();
         broker.setBrokerClusterName(spec.getString("cluster"));
         broker.setBrokerName("rmqlake-broker");
@@ -188,9 +200,9 @@ public class BrokerHarness {
         return controller;
     }
 
-    private static void waitForRegistration(NamesrvController namesrv, JSONObject spec, int timeout)
+    private static void waitForRegistration(NamesrvController namesrv, JSONObject spec, int seconds)
         throws InterruptedException {
-        long deadline = System.currentTimeMillis() + timeout * 1000L;
+        long deadline = System.currentTimeMillis() + seconds * 1000L;
         for (Object item : spec.getJSONArray("groups")) {
             for (Object topic : ((JSONObject) item).getJSONArray("topics")) {
                 while (namesrv.getRouteInfoManager().pickupTopicRouteData((String) topic) == null) {
