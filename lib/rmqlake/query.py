@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from rmqlake.errors import UsageError
-from rmqlake.formats.consumequeue import store_offset_by_time, tags_code
+from rmqlake.formats.consumequeue import files_for_time_search, store_offset_by_time, tags_code
 from rmqlake.formats.indexfile import (
     MAX_QUERY_RESULTS,
     IndexEntry,
@@ -466,11 +466,17 @@ def query_time(
     units = queue_units(
         lake, topic=topic, queue=queue, columns=["queue_offset", "commitlog_offset", "store_timestamp", "cq_file"]
     ).to_pylist()
-    files: dict[str, list] = {}
-    for unit in units:
-        stored = unit["store_timestamp"] if unit["commitlog_offset"] >= min_phy_offset else -1
-        files.setdefault(unit["cq_file"], []).append((unit["commitlog_offset"], stored))
-    ordered = [(int(name) // 20, files[name]) for name in sorted(files)]
+    ordered = files_for_time_search(
+        (
+            (
+                u["queue_offset"],
+                u["commitlog_offset"],
+                u["store_timestamp"] if u["commitlog_offset"] >= min_phy_offset else -1,
+            )
+            for u in units
+        ),
+        units_per_file=units_per_file,
+    )
     minimum = (min_offsets or {}).get(f"{topic}\t{queue}", units[0]["queue_offset"] if units else 0)
     offset = store_offset_by_time(
         ordered, timestamp=at, boundary=boundary, min_logic_offset=minimum, min_phy_offset=min_phy_offset

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmqlake.formats.consumequeue import offset_in_queue_by_time, store_offset_by_time
+from rmqlake.formats.consumequeue import files_for_time_search, offset_in_queue_by_time, store_offset_by_time
 
 # one file starting at queue offset 0: (commitlog offset, store time)
 FILE = [(0, 100), (10, 100), (20, 200), (30, 300), (40, 300), (50, 300), (60, 500)]
@@ -51,3 +51,19 @@ def test_the_store_keeps_the_answer_within_the_queues_min_and_max_offsets():
     assert store_offset_by_time(expired, timestamp=250, boundary="lower", min_logic_offset=2) == 3  # inside: as is
     assert store_offset_by_time(expired, timestamp=600, boundary="lower", min_logic_offset=2) == 7  # the max offset
     assert store_offset_by_time([(0, FILE)], timestamp=50, boundary="upper") == 0
+
+
+def test_a_queue_starting_inside_its_first_file_is_searched_from_the_files_first_slot():
+    # a lake imported from a store whose first segments were deleted: queue 0 starts at offset 5 of a
+    # 16-unit file, where the broker's CQ file holds pre-blank units (offset 0, store time unknown)
+    units = [(5 + n, 1000 + 10 * n, 500 + 100 * n) for n in range(14)]  # offsets 5..18, times 500..1800
+    files = files_for_time_search(units, units_per_file=16)
+    assert [(first, len(units)) for first, units in files] == [(0, 16), (16, 3)]
+    assert files[0][1][:5] == [(0, -1)] * 5 and files[0][1][5] == (1000, 500)
+    search = {"min_logic_offset": 5, "min_phy_offset": 1000}
+    assert store_offset_by_time(files, timestamp=800, boundary="lower", **search) == 8
+    assert store_offset_by_time(files, timestamp=850, boundary="upper", **search) == 8
+    assert store_offset_by_time(files, timestamp=100, boundary="lower", **search) == 5
+    assert store_offset_by_time(files, timestamp=100, boundary="upper", **search) == 5
+    assert store_offset_by_time(files, timestamp=1700, boundary="lower", **search) == 17
+    assert store_offset_by_time(files, timestamp=9999, boundary="lower", **search) == 19

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from rmqlake.formats.javahash import java_string_hash
 
@@ -156,6 +156,31 @@ def offset_in_queue_by_time(
         return first + target
     # no unit at exactly ``timestamp``: the enclosing units (-1 when the search never moved that way)
     return first + (right if lower else left)
+
+
+def files_for_time_search(
+    units: Iterable[tuple[int, int, int]], *, units_per_file: int
+) -> list[tuple[int, list[tuple[int, int]]]]:
+    """A queue's units as :func:`offset_in_queue_by_time` reads its files: per file, from the file's first slot.
+
+    Args:
+        units: (queue offset, commitLogOffset, store time) in queue-offset
+            order; store time -1 for a message that can no longer be read.
+        units_per_file: units per CQ file.
+
+    Returns:
+        Per CQ file in order, (its first queue offset, units). A queue that
+        starts inside its first file gets the broker's pre-blank units before
+        its first unit (``ConsumeQueue.fillPreBlank``): they point at offset 0
+        with an unreadable size, so their store time is -1.
+    """
+    files: list[tuple[int, list[tuple[int, int]]]] = []
+    for queue_offset, commitlog_offset, stored in units:
+        first = queue_offset - queue_offset % units_per_file
+        if not files or files[-1][0] != first:
+            files.append((first, [(PRE_BLANK_UNIT[0], -1)] * (queue_offset - first)))
+        files[-1][1].append((commitlog_offset, stored))
+    return files
 
 
 def store_offset_by_time(
