@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 from pathlib import Path
 
@@ -27,6 +28,13 @@ from rmqlake.steps.store import export_store, import_store
 from tests.interop import data
 from tests.interop.conftest import lake_settings
 from tests.interop.harness import message_fields, run_java
+from tests.interop.store_checks import (
+    assert_store_answers_equal_the_lake,
+    commitlog_rows,
+    lookups,
+    read_store,
+    store_request,
+)
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 HEADER, UNIT, ENTRY = 40, 20, 20
@@ -177,3 +185,25 @@ def test_the_same_messages_as_a_producer_log_give_byte_identical_files(spark, wr
     assert len(ours) == len(theirs) >= 3
     for mine, broker in zip(ours, theirs, strict=True):
         assert (out / "index" / mine).read_bytes() == (store / "index" / broker).read_bytes(), (mine, broker)
+
+
+def test_a_broker_store_whose_first_segments_were_deleted_goes_round_and_back(spark, written):
+    """Import of a store whose first two segments the broker deleted, reput, export: RocketMQ loads it and agrees.
+
+    Its queues start in the middle of CQ files, so the export's first CQ file of a queue begins with
+    the broker's pre-blank units.
+    """
+    root = written["root"]
+    cut = root / "cut"
+    shutil.copytree(written["store"] / "commitlog", cut / "commitlog")
+    for name in sorted(os.listdir(cut / "commitlog"))[:2]:
+        os.remove(cut / "commitlog" / name)
+    settings = lake_settings(root / "cut-lake")
+    assert import_store(spark, settings, store_dir=str(cut))["corrupt_records"] == 0
+    reput(spark, settings)
+    store = Path(export_store(spark, settings, out=str(root / "cut-export"))["out"])
+    asked = lookups(settings, commitlog_rows(settings))
+    answer = read_store(store, store_request(store, **asked["request"]))
+    assert answer["minPhyOffset"] == 2 * data.SEGMENT
+    assert any(q["minOffset"] % data.UNITS for q in answer["queues"])  # a queue starting inside a CQ file
+    assert_store_answers_equal_the_lake(answer, settings, asked)
