@@ -157,9 +157,9 @@ t = DeltaTable('{root}/commitlog').to_pyarrow_dataset(); \\
 print(duckdb.sql('select topic, count(*), sum(total_size) from t group by topic'))"
   .venv/bin/pyspark   then: spark.read.parquet(*DeltaTable('{root}/commitlog').file_uris())
 
-The store format is verified against Apache RocketMQ {ROCKETMQ_VERIFIED_VERSION}: its own store classes load an
-export, and a real name server and broker started on one serve real consumers exactly the messages after
-their groups' committed offsets. See it for yourself (once `make jars` fetched RocketMQ): make interop
+The store format is verified against Apache RocketMQ {ROCKETMQ_VERIFIED_VERSION}: its own store classes load
+an export, and a real name server and broker started on one serve real consumers exactly the
+messages after their groups' committed offsets. See it yourself (after `make jars`): make interop
 """
     )
     spark.stop()
