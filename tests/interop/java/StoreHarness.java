@@ -71,6 +71,7 @@ public class StoreHarness {
         config.setMaxHashSlotNum(request.getIntValue("indexSlots"));
         config.setMaxIndexNum(request.getIntValue("indexMaxEntries"));
         config.setHaListenPort(0); // the OS picks a free port: several stores may run at once
+        // COMPACTION topics are read through the normal consume queue: export-store writes no compaction/ files
         config.setEnableCompaction(false);
         config.setTimerWheelEnable(false);
         config.setFileReservedTime(24 * 365 * 100); // nothing expires while the store is open
