@@ -263,6 +263,25 @@ class Lake:
             return []
         return self.engine.file_stats(table, columns)
 
+    def foreign_commits(self) -> dict[str, list[dict]]:
+        """Per table, the commits rmqlake did not make (another writer's DELETE, UPDATE, OPTIMIZE, ...).
+
+        rmqlake's own commits carry ``rmqlake.*`` commit metadata (delta-rs) or user metadata (the Delta
+        extension); a table's creation and vacuum's bookkeeping commits change no rows and are not listed.
+        """
+        found = {}
+        for table in TABLES:
+            if not self.exists(table):
+                continue
+            commits = [
+                {"version": c.get("version"), "operation": c.get("operation"), "timestamp": c.get("timestamp")}
+                for c in self.engine.history(table)
+                if not _made_by_rmqlake(c) and c.get("operation") not in _NO_DATA_CHANGE and c.get("version")
+            ]
+            if commits:
+                found[table] = sorted(commits, key=lambda c: c["version"])
+        return found
+
     def min_physical_offset(self) -> int:
         """The commitlog's min offset: the start of its first segment not deleted (0 for an empty lake)."""
         segments = self.read_arrow("segments", columns=["start_offset", "status"]).to_pylist()
@@ -583,6 +602,16 @@ def run_with_retries(lake: Lake, job: str, work: Callable[[LakeRun], dict], *, r
         except BaseException:
             run.abort()
             raise
+
+
+_NO_DATA_CHANGE = frozenset({"CREATE TABLE", "VACUUM START", "VACUUM END"})
+
+
+def _made_by_rmqlake(commit_info: Mapping[str, Any]) -> bool:
+    """Whether a commit carries rmqlake's metadata (a top-level key, or the Delta extension's userMetadata)."""
+    return any(key.startswith("rmqlake.") for key in commit_info) or '"rmqlake.' in str(
+        commit_info.get("userMetadata") or ""
+    )
 
 
 def _table_relative(path: str, table: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 from urllib.parse import unquote
 
@@ -97,13 +98,13 @@ def _read_with_log_partitions(spark, lake: Lake, table: str, spec, files: list[D
     jvm = spark._jvm
     hadoop_root = jvm.org.apache.hadoop.fs.Path(lake.uri(table))
     qualified = hadoop_root.getFileSystem(spark._jsc.hadoopConfiguration()).makeQualified(hadoop_root)
-    root = unquote(qualified.toUri().toString())
+    root = re.sub("^file:///", "file:/", unquote(qualified.toUri().toString()))  # Hadoop writes local files both ways
     log_side = spark.createDataFrame(
         [(f"{root}/{f.path}", *(f.partition_values.get(c) for c in spec.partition_by)) for f in files],
         ", ".join(["`_rmqlake_file` string", *(f"`{c}` string" for c in spec.partition_by)]),
     )
     # url_decode reads "+" as a space; Hadoop leaves a literal "+" unescaped, so it is escaped first
-    key = F.expr("url_decode(replace(_metadata.file_path, '+', '%2B'))")
+    key = F.expr("regexp_replace(url_decode(replace(_metadata.file_path, '+', '%2B')), '^file:///', 'file:/')")
     joined = data.withColumn("_rmqlake_file", key).join(F.broadcast(log_side), "_rmqlake_file")
     kinds = dict(spec.fields)
     return joined.select(

@@ -29,6 +29,7 @@ def status(settings: Settings) -> dict:
         "ledger_seq": ledger.seq,
         "last_run": f"{ledger.job} {ledger.run_id}" if ledger.job else None,
         "pending_tables": lake.pending_tables(),
+        "foreign_commits": lake.foreign_commits(),
         "min_physical_offset": min((s["start_offset"] for s in live), default=0),
         "max_physical_offset": max_offset,
         "dispatched_offset": dispatched,
