@@ -1,6 +1,6 @@
 """An independent, sequential model of a broker appending producer log lines.
 
-Written from the spec and CONTRACT §2 without calling rmqlake's code, so
+Written from the spec without calling rmqlake's code, so
 that tests can compare rmqlake's parallel ingest with a plain loop: every
 message validated, ordered, given its queue, queue offset and physical
 offset (8-byte blank rule at segment ends), and encoded to bytes whose

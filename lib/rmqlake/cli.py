@@ -1,4 +1,4 @@
-"""The ``rmqlake`` command line (CONTRACT §1).
+"""The ``rmqlake`` command line.
 
 Every subcommand takes the global options ``--conf``, ``--env``, ``--lake``,
 ``--set`` (repeatable) and ``--json``. Exit codes: 0 success, 1 failed

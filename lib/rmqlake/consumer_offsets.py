@@ -1,4 +1,4 @@
-"""Consumer offset snapshots: the broker's ``consumerOffset.json`` (CONTRACT §2).
+"""Consumer offset snapshots: the broker's ``consumerOffset.json``.
 
 ``{"offsetTable": {"<topic>@<group>": {"<queueId>": <offset>}}, "dataVersion": {...}}``.
 The broker writes it with fastjson, which leaves integer map keys unquoted

@@ -5,7 +5,7 @@ Shape: bursty traffic over several hours from several producer hosts (one
 IPv6), Zipf-like keys with repeated updates, skewed tags, bodies from empty
 to tens of KiB (text, unicode and binary), user properties, transactions
 (PREPARED then COMMIT or ROLLBACK), a long ``%RETRY%`` topic, and optional bad
-lines of every kind CONTRACT §2 lists.
+lines of every kind the input format refuses.
 """
 
 from __future__ import annotations

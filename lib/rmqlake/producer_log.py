@@ -1,4 +1,4 @@
-"""Raw producer log lines (CONTRACT §2) → message fields, or a reject reason.
+"""Raw producer log lines → message fields, or a reject reason.
 
 Pure Python and per line, so it runs inside Spark tasks and in plain unit
 tests alike. Everything a line's outcome depends on is in ``ParseOptions``

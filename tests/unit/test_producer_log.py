@@ -1,4 +1,4 @@
-"""Line validation: every class of bad input CONTRACT §2 lists gets a reason naming what is wrong."""
+"""Line validation: every class of bad input gets a reason naming what is wrong."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Serialised as ``name 0x01 value 0x02`` per entry, UTF-8, length in a signed
 short. The order is the iteration order of the writer's Java ``HashMap``;
 for a message received from a producer that map is the broker's
-``new HashMap<>(128)``, filled in insertion order (CONTRACT §2).
+``new HashMap<>(128)``, filled in insertion order.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def broker_properties(
     """The property entries a broker stores for a sent message, in storage order.
 
     Insertion order is the producer's ``properties`` object, then ``KEYS``,
-    ``TAGS``, ``UNIQ_KEY`` and ``CLUSTER`` (CONTRACT §2); the stored order
+    ``TAGS``, ``UNIQ_KEY`` and ``CLUSTER``; the stored order
     is the iteration order of the broker's ``HashMap`` of capacity 128.
     """
     items = list(user_properties.items()) if isinstance(user_properties, Mapping) else list(user_properties)

@@ -6,7 +6,7 @@ isSpaceToDelete, isTimeToDelete), MappedFileQueue.java
 (correctMinOffset), IndexService.java (deleteExpiredFile), UtilAll.isItTimeToDo.
 
 The broker measures disk usage of a real partition. rmqlake measures what
-the broker's disk would hold (CONTRACT §4): every live file at its
+the broker's disk would hold: every live file at its
 preallocated size plus ``disk_other_used_bytes``, over
 ``disk_capacity_bytes``. CommitLog and ConsumeQueue share that one disk,
 so the broker's two checks (physic and logics) see the same ratio.
@@ -60,7 +60,7 @@ def disk_usage_bytes(
     index_max_entries: int,
     other_used_bytes: int,
 ) -> int:
-    """Bytes the broker's disk would hold: every live file at its preallocated size (CONTRACT §4)."""
+    """Bytes the broker's disk would hold: every live file at its preallocated size."""
     return (
         other_used_bytes
         + live_segments * segment_size

@@ -1,4 +1,4 @@
-"""Table definitions: name, schema and partition columns of every lake table (CONTRACT §3).
+"""Table definitions: name, schema and partition columns of every lake table.
 
 Schemas are Spark DDL so they read like the contract; ``arrow_schema``
 derives the Arrow/Delta schema used when a table is created. Columns
