@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tests.conftest import REPO
+from tests.e2e import processes
 from tests.e2e.processes import (
     BIN,
     TABLES,
@@ -27,6 +28,11 @@ from tests.e2e.processes import (
 from tests.reference import RefBroker, RefConfig
 
 pytestmark = pytest.mark.slow
+# the crash and concurrency cases under both Delta engines (delta-spark: the Delta Lake extension commits)
+ENGINES = [
+    pytest.param([], id="delta-rs"),
+    pytest.param(["--set", "lake.engine=delta-spark"], id="delta-spark", marks=pytest.mark.delta_spark),
+]
 
 
 def test_configuration_error_exits_2_and_writes_nothing(tmp_path, landing):
@@ -44,9 +50,16 @@ def test_missing_input_exits_1_with_the_path(tmp_path):
     assert f"no input file matches {tmp_path / 'nope*.jsonl'}" in result.stderr
 
 
-def test_runs_killed_during_the_write_before_and_after_the_ledger_commit_then_one_rerun(tmp_path, landing, clean_lake):
-    """One lake, three killed runs in a row, then a normal run: it equals a clean run."""
+@pytest.mark.parametrize("engine", ENGINES)
+def test_runs_killed_during_the_write_before_and_after_the_ledger_commit_then_one_rerun(
+    tmp_path, landing, clean_lake, engine
+):
+    """One lake, three killed runs in a row, then a normal run: it equals a clean run (of the delta-rs engine)."""
     lake = tmp_path / "lake"
+
+    def ingest_args(lake, source):
+        return [*processes.ingest_args(lake, source), *engine]
+
     staging = lake / "commitlog" / "_staging"
     # 1. kill -9 of the whole process group while the commitlog files are written (after the parse's scratch files)
     process = subprocess.Popen(
@@ -88,8 +101,13 @@ def test_runs_killed_during_the_write_before_and_after_the_ledger_commit_then_on
     assert_same_tables(lake, clean_lake)
 
 
-def test_two_concurrent_ingests_commit_one_after_the_other(tmp_path, landing, java_oracle):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_two_concurrent_ingests_commit_one_after_the_other(tmp_path, landing, java_oracle, engine):
     lake = tmp_path / "lake"
+
+    def ingest_args(lake, source):
+        return [*processes.ingest_args(lake, source), *engine]
+
     flag = tmp_path / "go"
     hours = sorted(landing.glob("dt=*/hour=*"))
     env = environment(RMQLAKE_HOLD_AT=f"before-ledger-commit:{flag}")
