@@ -68,13 +68,14 @@ lint: $(STAMP) ## ruff check and format check
 	$(BIN)/ruff check lib tests jobs bench airflow_dags
 	$(BIN)/ruff format --check lib tests jobs bench airflow_dags
 
-bench: $(STAMP) ## benchmarks: figures and ratios against baselines measured in the same run
+bench: $(STAMP) $(JARS_STAMP) ## benchmarks: figures and ratios against baselines measured in the same run
 	$(BIN)/python bench/ingest_bench.py
 	$(BIN)/python bench/reput_bench.py
 	$(BIN)/python bench/compact_bench.py
 	$(BIN)/python bench/expire_bench.py
 	$(BIN)/python bench/export_bench.py
 	$(BIN)/python bench/driver_memory_bench.py
+	$(BIN)/python bench/engine_bench.py
 
 package: $(STAMP) ## dist/rmqlake.zip (for spark-submit --py-files) and a wheel
 	rm -rf dist && mkdir -p dist
