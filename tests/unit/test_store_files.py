@@ -189,3 +189,91 @@ def test_store_files_are_never_written_outside_the_store(topic, queue, cq_file, 
     with pytest.raises(ValueError, match="refusing to write outside"):
         store_files.write_segment({"segment": "..", "start_offset": 0, "data_end": 0, "sealed": False,
                                    "file_size": 64, "files": [], "out": str(out)})  # fmt: skip
+
+
+def _vector_rows(tmp_path, names: list[str]) -> list[dict]:
+    """The commitlog rows of vector records, read by the import walk."""
+    rows = []
+    for case in (c for c in section("commitlog_records") if c["name"] in names):
+        start = case["inputs"]["physicalOffset"]
+        path = tmp_path / "walk" / f"{start:020d}"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(bytes.fromhex(case["expected"]["record_hex"]) + bytes(64))
+        (row,) = [r for b in store_files.read_segment_file(str(path), start_offset=start) for r in b.to_pylist()]
+        rows.append({**row, "hex": case["expected"]["record_hex"]})
+    return rows
+
+
+@pytest.mark.parametrize("rollover", ["cq_full", "log_full"])
+def test_a_compacted_queue_is_written_as_the_broker_compaction_store_holds_it(rollover, tmp_path):
+    names = ["v1_ipv4_basic", "v1_ipv6_born_host", "v1_empty_properties"]  # TopicTest, queues 0, 1 and 3
+    rows = _vector_rows(tmp_path, names)
+    offsets = [12, 3, 7]  # queue offsets with gaps, rows out of order
+    stored = [{**r, "queue_offset": q} for r, q in zip(rows, offsets, strict=True)]
+    pq.write_table(
+        pa.Table.from_pylist([{k: v for k, v in r.items() if k != "hex"} for r in stored],
+                             schema=store_files.IMPORTED_SCHEMA),
+        tmp_path / "log.parquet",
+    )  # fmt: skip
+    tags = {12: -5, 3: 0, 7: 2_000_000_000}
+    times = {q: 1_795_219_200_000 + q for q in offsets}
+    pq.write_table(
+        pa.table({"queue_offset": offsets, "tags_code": [tags[q] for q in offsets],
+                  "store_timestamp": [times[q] for q in offsets]}),
+        tmp_path / "cq.parquet",
+    )  # fmt: skip
+    ordered = sorted(stored, key=lambda r: r["queue_offset"])  # 3, 7, 12: the order they are appended
+    sizes = [len(r["hex"]) // 2 for r in ordered]
+    # cq_full: a CQ file of 3 unit slots takes 2 units (the broker never fills its last slot but with the end
+    # unit); log_full: the third record would leave fewer than 8 bytes in the log file
+    cq_size, log_size = (46 * 3, 4096) if rollover == "cq_full" else (46 * 100, sizes[0] + sizes[1] + sizes[2] + 7)
+    result = store_files.write_compaction_queue(
+        {"topic": "TopicTest", "queue_id": 1, "log_files": [str(tmp_path / "log.parquet")],
+         "cq_files": [str(tmp_path / "cq.parquet")], "log_file_size": log_size, "cq_file_size": cq_size,
+         "out": str(tmp_path / "out")}
+    )  # fmt: skip
+    assert result == {"queue": "TopicTest/1", "files": 2, "records": 3}
+
+    def record(row, position: int) -> bytes:  # the vector's bytes, QUEUEID (the partition's), QUEUEOFFSET and
+        data = bytearray.fromhex(row["hex"])  # PHYSICALOFFSET set
+        data[12:16] = (1).to_bytes(4, "big")
+        data[20:36] = row["queue_offset"].to_bytes(8, "big") + position.to_bytes(8, "big")
+        return bytes(data)
+
+    def unit(position: int, row) -> bytes:
+        q = row["queue_offset"]
+        return b"".join([position.to_bytes(8, "big"), len(record(row, 0)).to_bytes(4, "big"),
+                         tags[q].to_bytes(8, "big", signed=True), times[q].to_bytes(8, "big"), q.to_bytes(8, "big"),
+                         (1).to_bytes(2, "big"), (-1).to_bytes(4, "big", signed=True), bytes(4)])  # fmt: skip
+
+    end_unit = (-1).to_bytes(8, "big", signed=True) + bytes(30) + (-1).to_bytes(4, "big", signed=True) + bytes(4)
+    used = sizes[0] + sizes[1]
+    blank = (log_size - used).to_bytes(4, "big") + bytes.fromhex("cbd43194")
+    first_log = record(ordered[0], 0) + record(ordered[1], sizes[0]) + blank
+    first_cq = unit(0, ordered[0]) + unit(sizes[0], ordered[1]) + end_unit
+    second = f"{log_size:020d}"
+    folder = tmp_path / "out" / "compaction"
+    assert sorted(p.name for p in (folder / "compactionLog" / "TopicTest" / "1").iterdir()) == [f"{0:020d}", second]
+    assert sorted(p.name for p in (folder / "compactionCq" / "TopicTest" / "1").iterdir()) == [f"{0:020d}", second]
+    log0 = (folder / "compactionLog" / "TopicTest" / "1" / f"{0:020d}").read_bytes()
+    assert log0 == first_log + bytes(log_size - len(first_log))
+    cq0 = (folder / "compactionCq" / "TopicTest" / "1" / f"{0:020d}").read_bytes()
+    assert cq0 == first_cq + bytes(cq_size - len(first_cq))
+    log1 = (folder / "compactionLog" / "TopicTest" / "1" / second).read_bytes()
+    assert log1 == record(ordered[2], log_size) + bytes(log_size - sizes[2])
+    cq1 = (folder / "compactionCq" / "TopicTest" / "1" / second).read_bytes()
+    assert cq1 == unit(log_size, ordered[2]) + bytes(cq_size - 46)
+    assert (folder / "compactionLog" / "TopicTest" / "1" / second).stat().st_mtime_ns == times[12] * 1_000_000
+
+
+def test_a_compacted_queue_whose_log_and_cq_rows_disagree_is_refused(tmp_path):
+    rows = _vector_rows(tmp_path, ["v1_ipv4_basic"])
+    pq.write_table(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "hex"} for r in rows],
+                                        schema=store_files.IMPORTED_SCHEMA), tmp_path / "log.parquet")  # fmt: skip
+    pq.write_table(pa.table({"queue_offset": [5], "tags_code": [0], "store_timestamp": [1]}), tmp_path / "cq.parquet")
+    with pytest.raises(ValueError, match="not of the same queue offsets"):
+        store_files.write_compaction_queue(
+            {"topic": "T", "queue_id": 0, "log_files": [str(tmp_path / "log.parquet")],
+             "cq_files": [str(tmp_path / "cq.parquet")], "log_file_size": 4096, "cq_file_size": 460,
+             "out": str(tmp_path / "out")}
+        )  # fmt: skip

@@ -2,7 +2,10 @@
 
 Export writes a broker store directory (spec, store layout): ``commitlog/``
 segments, ``consumequeue/{topic}/{queueId}/`` files, ``index/`` files, the
-``checkpoint`` and ``config/`` JSON, no ``abort`` file (a clean shutdown).
+compaction store of COMPACTION topics (``compaction/compactionLog`` and
+``compaction/compactionCq``, from ``compaction_log`` and ``compaction_cq``:
+the broker serves those topics from it), the ``checkpoint`` and ``config/``
+JSON, no ``abort`` file (a clean shutdown).
 Every file is written by a Spark task straight from the Parquet files the
 Delta log lists for it (one task per commitlog segment), never assembled
 on the driver, and gets the modification time the broker's file would
@@ -34,6 +37,7 @@ from rmqlake.config import Settings
 from rmqlake.errors import ConfigError, InputError, LakeStateError, UsageError
 from rmqlake.formats import retention as R
 from rmqlake.formats import store as S
+from rmqlake.formats.compaction import compaction_log_file_size, sparse_cq_file_size
 from rmqlake.formats.consumequeue import cq_file_size
 from rmqlake.formats.indexfile import index_file_size
 from rmqlake.formats.topic import topic_error
@@ -58,6 +62,7 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
     Returns:
         Metrics: ``out``, ``as_of_seq``, files and bytes per kind
         (``commitlog``, ``consumequeue``, ``index``), ``records``,
+        ``compaction_queues``, ``compaction_files``, ``compaction_records``,
         ``seconds``, ``commitlog_mb_per_s``.
     """
     target = Path(out).resolve()
@@ -83,6 +88,10 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
         with stages("index files") as note:
             index_written = _run_tasks(spark, store_files.write_index_file, _index_tasks(lake, settings, str(work)))
             note.update(files=len(index_written), entries=sum(w["entries"] for w in index_written))
+        with stages("compaction store") as note:
+            compaction_tasks = _compaction_tasks(lake, settings, str(work))
+            compacted = _run_tasks(spark, store_files.write_compaction_queue, compaction_tasks, one_per_task=True)
+            note.update(queues=len(compacted), files=sum(w["files"] for w in compacted))
         last_message = max((w["last_offset"] for w in written if w["last_offset"] is not None), default=0)
         _write_metadata(lake, settings, entry, work, last_message_offset=last_message)
         if target.exists():
@@ -104,6 +113,9 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
         "records": sum(w["records"] for w in written),
         "consumequeue_files": len(cq_written),
         "index_files": len(index_written),
+        "compaction_queues": len(compacted),
+        "compaction_files": sum(w["files"] for w in compacted),
+        "compaction_records": sum(w["records"] for w in compacted),
         "seconds": round(seconds, 3),
         "commitlog_mb_per_s": round(data_bytes / 2**20 / seconds, 2) if seconds else None,
         "stage_seconds": stages.seconds,
@@ -214,6 +226,35 @@ def _index_tasks(lake: Lake, settings: Settings, out: str) -> list[dict]:
             "out": out,
         }
         for header in lake.read_arrow("indexfile_header").to_pylist()
+    ]
+
+
+def _compaction_tasks(lake: Lake, settings: Settings, out: str) -> list[dict]:
+    """One task per compacted queue (``compaction_log`` partition): its compaction log and sparse CQ files."""
+    if not (lake.exists("compaction_log") and lake.exists("compaction_cq")):
+        return []
+
+    def key(data_file):
+        return data_file.partition_values["topic"], int(data_file.partition_values["queue_id"])
+
+    logs, units = _files_by(lake, "compaction_log", key), _files_by(lake, "compaction_cq", key)
+    for topic in sorted({topic for topic, _ in logs}):
+        problem = topic_error(topic)
+        if problem:  # the topic names a folder of the store: never one outside it
+            raise LakeStateError(f"compaction_log of the lake at {lake.root} holds a topic that breaks the topic "
+                                 f"rules: {problem}; nothing was exported")  # fmt: skip
+    cq_size = sparse_cq_file_size(settings.store.compaction_cq_file_size)
+    return [
+        {
+            "topic": topic,
+            "queue_id": queue,
+            "log_files": uris,
+            "cq_files": units.get((topic, queue), []),
+            "log_file_size": compaction_log_file_size(settings.store.compaction_cq_file_size),
+            "cq_file_size": cq_size,
+            "out": out,
+        }
+        for (topic, queue), uris in sorted(logs.items())
     ]
 
 

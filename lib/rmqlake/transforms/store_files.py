@@ -19,12 +19,14 @@ import os
 import struct
 from array import array
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
+from rmqlake.formats.compaction import SPARSE_END_UNIT, encode_sparse_unit, place_records
 from rmqlake.formats.consumequeue import CQ_UNIT_SIZE, PRE_BLANK_UNIT, encode_unit
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.indexfile import HEADER_SIZE, IndexEntry, IndexHeader, entry_position
@@ -239,6 +241,91 @@ def write_index_file(task: dict) -> dict:
         handle.write(heads.tobytes())
     _set_mtime(path, header["end_timestamp"] or None)
     return {"file": f"index/{task['index_file']}", "entries": entries}
+
+
+def write_compaction_queue(task: dict) -> dict:
+    """Write one compacted queue's files of the broker's compaction store: its compaction log and sparse CQ files.
+
+    The records are laid out in queue offset order as the broker appends
+    them (``formats.compaction.place_records``), each with PHYSICALOFFSET
+    set to its position in the compaction log; each gets a 46-byte unit at
+    the same ordinal in the CQ file named like its log file. A file pair
+    left for the next gets the log's blank record and the CQ's end unit.
+    The files of a queue follow from the sizes of all its records, so one
+    task writes them all. Modification times: the store time of the
+    file pair's last record.
+
+    ``task``: ``topic``, ``queue_id``, ``log_files`` and ``cq_files``
+    (Parquet URIs of the queue's ``compaction_log`` and ``compaction_cq``
+    rows), ``log_file_size``, ``cq_file_size``, ``out``.
+    """
+    topic, queue = task["topic"], str(task["queue_id"])
+    log_size, cq_size = task["log_file_size"], task["cq_file_size"]
+    units = {}
+    columns = ["queue_offset", "tags_code", "store_timestamp"]
+    for batch in _batches(task["cq_files"], columns):
+        for queue_offset, tags, stored in zip(*(batch.column(c).to_pylist() for c in columns), strict=True):
+            units[queue_offset] = (tags, stored)
+    stored = [c for c in RECORD_COLUMNS if c not in ("topic", "queue_id")]  # partition values: from the task
+    rows = sorted(
+        (
+            {**row, "topic": task["topic"], "queue_id": task["queue_id"]}
+            for batch in _batches(task["log_files"], stored)
+            for row in batch.to_pylist()
+        ),
+        key=lambda row: row["queue_offset"],
+    )
+    offsets = [row["queue_offset"] for row in rows]
+    if len(set(offsets)) != len(offsets) or set(offsets) != set(units):
+        raise ValueError(
+            f"compacted queue {topic}/{queue}: compaction_log holds {len(offsets)} records "
+            f"({len(set(offsets))} queue offsets), compaction_cq {len(units)} units, not of the same queue offsets"
+        )
+    written: list[str] = []
+    handles = None  # (start, log handle, cq handle, store time of the last record)
+
+    def close() -> None:
+        start, log_handle, cq_handle, stored = handles
+        log_handle.close()
+        cq_handle.close()
+        for folder in ("compactionLog", "compactionCq"):
+            _set_mtime(_inside(task["out"], "compaction", folder, topic, queue, f"{start:020d}"), stored)
+
+    placed = place_records((row["total_size"] for row in rows), log_file_size=log_size, cq_file_size=cq_size)
+    records = iter(rows)
+    for kind, place in placed:
+        if kind == "end":
+            start, log_handle, cq_handle, _ = handles
+            log_handle.seek(place.position - start)
+            log_handle.write(encode_blank(start + log_size - place.position))
+            cq_handle.seek(place.cq_position)
+            cq_handle.write(SPARSE_END_UNIT)
+            close()
+            handles = None
+            continue
+        row = next(records)
+        if handles is None:
+            name = f"{place.file_start:020d}"
+            log_path = _inside(task["out"], "compaction", "compactionLog", topic, queue, name)
+            cq_path = _inside(task["out"], "compaction", "compactionCq", topic, queue, name)
+            handles = (place.file_start, _preallocated(log_path, log_size), _preallocated(cq_path, cq_size), None)
+            written.append(name)
+        start, log_handle, cq_handle, _ = handles
+        encoded = encode_record(replace(record_from_row(row), physical_offset=place.position))
+        if len(encoded) != row["total_size"]:
+            raise ValueError(
+                f"compacted queue {topic}/{queue}: record at queue offset {row['queue_offset']} encodes to "
+                f"{len(encoded)} bytes, its total_size is {row['total_size']}"
+            )
+        log_handle.seek(place.position - start)
+        log_handle.write(encoded)
+        tags, stored = units[row["queue_offset"]]
+        cq_handle.seek(place.cq_position)
+        cq_handle.write(encode_sparse_unit(place.position, len(encoded), tags, stored, row["queue_offset"]))
+        handles = (start, log_handle, cq_handle, stored)
+    if handles is not None:
+        close()
+    return {"queue": f"{topic}/{queue}", "files": len(written), "records": len(rows)}
 
 
 # -- import ------------------------------------------------------------------------------------

@@ -71,7 +71,8 @@ public class StoreHarness {
         config.setMaxHashSlotNum(request.getIntValue("indexSlots"));
         config.setMaxIndexNum(request.getIntValue("indexMaxEntries"));
         config.setHaListenPort(0); // the OS picks a free port: several stores may run at once
-        // COMPACTION topics are read through the normal consume queue: export-store writes no compaction/ files
+        // COMPACTION topics are read through the normal consume queue, which these checks compare with the lake;
+        // the compaction/ files are served and checked by BrokerHarness
         config.setEnableCompaction(false);
         config.setTimerWheelEnable(false);
         config.setFileReservedTime(24 * 365 * 100); // nothing expires while the store is open
