@@ -29,7 +29,10 @@ def status(settings: Settings) -> dict:
         "ledger_seq": ledger.seq,
         "last_run": f"{ledger.job} {ledger.run_id}" if ledger.job else None,
         "pending_tables": lake.pending_tables(),
-        "foreign_commits": lake.foreign_commits(),
+        "foreign_commits": {  # commits rmqlake did not make (another writer's DELETE, OPTIMIZE, ...)
+            table: [f"v{c['version']} {c['operation']} {iso(c['timestamp'])}" for c in commits]
+            for table, commits in lake.foreign_commits().items()
+        },
         "min_physical_offset": min((s["start_offset"] for s in live), default=0),
         "max_physical_offset": max_offset,
         "dispatched_offset": dispatched,
