@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from rmqlake.cli import main
 from rmqlake.generate import TopicPlan, generate
@@ -60,11 +61,16 @@ def package():
     return REPO / "dist" / "rmqlake.zip"
 
 
-def submit(cluster: dict, package: Path, script: str, *args: str) -> subprocess.CompletedProcess:
+DELTA_JARS = sorted(str(p) for p in (REPO / ".jars" / "delta").glob("*.jar"))
+
+
+def submit(cluster: dict, package: Path, script: str, *args: str, jars: list[str] = ()) -> subprocess.CompletedProcess:
+    """spark-submit to the cluster; ``jars`` go with ``--jars``, as a user ships the Delta Lake jars."""
     command = [
         str(BIN / "spark-submit"),
         *("--master", cluster["url"]),
         *("--py-files", str(package)),
+        *(("--jars", ",".join(jars)) if jars else ()),
         *("--conf", f"spark.pyspark.python={sys.executable}"),
         *("--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2"),
         *("--conf", "spark.sql.shuffle.partitions=4"),
@@ -106,29 +112,36 @@ def test_executors_import_the_shipped_package(cluster, package, tmp_path):
     assert "rmqlake.zip" in driver and executors.count("rmqlake.zip") >= 1 and str(REPO / "lib") not in executors
 
 
-def test_every_job_on_the_cluster_equals_the_local_run(cluster, package, tmp_path):
+def test_every_job_on_the_cluster_under_both_engines_equals_the_local_run(cluster, package, tmp_path):
+    """The cluster runs every job with delta-rs and, the Delta Lake jars shipped with --jars, with delta-spark."""
+    assert len(DELTA_JARS) == 2, "the Delta Lake jars are missing from .jars/delta: run `make jars`"
     generate(tmp_path / "in", messages=600, topics=TOPICS, hours=2, bad_rate=0.01, seed=31)
     landing = tmp_path / "in" / "landing"
-    lakes = {"cluster": tmp_path / "cluster-lake", "local": tmp_path / "local-lake"}
+    lakes = {"cluster": tmp_path / "cluster-lake", "cluster-delta-spark": tmp_path / "ds-lake", "local": tmp_path / "l"}
     for name, lake in lakes.items():
         for job, options in JOBS:
             args = [a.format(landing=landing, store=tmp_path / f"{name}-store") for a in options]
             args += ["--conf", str(CONF), "--lake", str(lake), *SETTINGS]
             if name == "cluster":
                 submit(cluster, package, f"jobs/{job}.py", *args)
+            elif name == "cluster-delta-spark":
+                submit(cluster, package, f"jobs/{job}.py", *args, "--set", "lake.engine=delta-spark", jars=DELTA_JARS)
             else:
                 assert main([job.replace("_", "-"), *args]) == 0, job
     assert master_state(cluster["ui"])["completedapps"]  # the jobs really ran on this cluster
-    for table, volatile in COMPARED.items():
-        got = [{k: v for k, v in r.items() if k not in volatile} for r in rows(lakes["cluster"], table)]
-        expected = [{k: v for k, v in r.items() if k not in volatile} for r in rows(lakes["local"], table)]
-        assert got == expected, f"table {table} differs between the cluster and the local run"
-    assert _checksums(tmp_path / "cluster-store") == _checksums(tmp_path / "local-store")
+    history = DeltaTable(str(lakes["cluster-delta-spark"] / "commitlog")).history()
+    assert all("Delta-Lake/4.1.0" in c.get("engineInfo", "") for c in history)  # committed by the extension
+    for name in ("cluster", "cluster-delta-spark"):
+        for table, volatile in COMPARED.items():
+            got = [{k: v for k, v in r.items() if k not in volatile} for r in rows(lakes[name], table)]
+            expected = [{k: v for k, v in r.items() if k not in volatile} for r in rows(lakes["local"], table)]
+            assert got == expected, f"table {table} differs between the {name} run and the local run"
+        assert _checksums(tmp_path / f"{name}-store") == _checksums(tmp_path / "local-store")
 
 
 def _checksums(store: Path) -> dict[str, str]:
     return {
         str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(store.rglob("*"))
-        if p.is_file() and p.name != "topics.json" and p.name != "consumerOffset.json"
+        if p.is_file() and p.name not in ("topics.json", "consumerOffset.json", "subscriptionGroup.json")  # clocks
     }
