@@ -51,7 +51,7 @@ def full_scan(lake, topic: str, key: str) -> list[int]:
     import pyarrow.compute as pc
 
     table = lake.scan("commitlog", columns=["physical_offset", "topic", "keys", "sys_flag"])
-    # the index holds every record but ROLLBACK ones (spec 3.6): the scan must answer the same question
+    # the index holds every record but ROLLBACK ones: the scan must answer the same question
     table = table.filter(pc.not_equal(pc.bit_wise_and(table.column("sys_flag"), 0xC), 0xC))
     keys = table.column("keys")
     flat = pc.list_flatten(keys)

@@ -279,7 +279,7 @@ class RefBroker:
 
 
 def encode(m: dict, *, queue_offset: int, physical_offset: int) -> bytes:
-    """The record bytes, field by field (spec 1.2)."""
+    """The record bytes, field by field."""
     topic = m["topic"].encode()
     head = struct.pack(
         ">iiiiqqiq",
@@ -317,7 +317,7 @@ def key_hash(key: str) -> int:
 
 @dataclass
 class RefIndexFile:
-    """IndexFile.putKey, field for field (spec 3.5)."""
+    """IndexFile.putKey, field for field."""
 
     slots: int
     entries: int

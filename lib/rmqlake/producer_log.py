@@ -501,7 +501,7 @@ def _user_properties(properties: dict[str, str] | None) -> dict[str, str]:
     for name, text in properties.items():
         _check_property_text(f"property name {name!r}", name)
         _check_property_text(f"property '{name}'", text)
-        if name and text:  # the broker's parser drops empty names and values (spec 1.5)
+        if name and text:  # the broker's parser drops empty names and values
             merged[name] = text
     return merged
 

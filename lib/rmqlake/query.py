@@ -1,4 +1,4 @@
-"""The broker's lookups over the lake (spec 7): by key, queue offset, message id and time.
+"""The broker's lookups over the lake: by key, queue offset, message id and time.
 
 Lookups read little: the index by slot (files are sorted by slot, so
 Parquet statistics skip most row groups), then only the commitlog segments

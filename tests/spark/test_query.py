@@ -115,7 +115,7 @@ def test_index_walk_equals_the_reference_for_every_key_and_window(store):
 def test_time_filter_compares_second_truncated_times_inclusively(store):
     ref = store["ref"]
     aa = [m for m in store["broker"].messages if m["topic"] == "OrderEvents" and "Aa" in m["keys"]]
-    # the time the index keeps for each: its file's begin + whole seconds since then (spec 3.7)
+    # the time the index keeps for each: its file's begin + whole seconds since then
     read_back = {}
     for _name, index_file in ref.files:
         for _h, phy, diff, _p in index_file.entry_table.values():

@@ -1,4 +1,4 @@
-"""Compaction rules of RocketMQ 5 COMPACTION topics (spec 5).
+"""Compaction rules of RocketMQ 5 COMPACTION topics.
 
 Sources: store/.../kv/CompactionLog.java (``shouldRetainMsg``,
 ``asyncPutMessage``, ``getCompactionLogSize``), store/.../queue/BatchConsumeQueue.java.

@@ -1,4 +1,4 @@
-"""ConsumeQueue units, files and tagsCode (spec 2.1-2.5, 8.10-8.11, 8.24)."""
+"""ConsumeQueue units, files and tagsCode."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def delay_level(properties: Mapping[str, str]) -> int | None:
 
 
 def dispatch_tags_code(topic: str, tags: str | None, properties: Mapping[str, str], store_timestamp: int) -> int:
-    """tagsCode of a dispatched record (spec 2.3).
+    """tagsCode of a dispatched record.
 
     On ``SCHEDULE_TOPIC_XXXX`` with a positive DELAY level it is the delivery
     time (``storeTimestamp`` + the level's delay, + 1000 ms for an unknown
@@ -96,7 +96,7 @@ def offset_in_queue_by_time(
     min_logic_offset: int = 0,
     min_phy_offset: int = 0,
 ) -> int:
-    """``ConsumeQueue.getOffsetInQueueByTime`` over a queue's files (spec 7).
+    """``ConsumeQueue.getOffsetInQueueByTime`` over a queue's files.
 
     Args:
         files: per CQ file in order, (first queue offset, units) where each

@@ -1,4 +1,4 @@
-"""Body CRC: ``UtilAll.crc32`` = java.util.zip.CRC32 with the sign bit cleared (spec 1.4)."""
+"""Body CRC: ``UtilAll.crc32`` = java.util.zip.CRC32 with the sign bit cleared."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Socket addresses as the broker writes them (spec 1.2 "Host encoding").
+"""Socket addresses as the broker writes them.
 
 A host is the raw address (4 bytes IPv4, 16 bytes IPv6) followed by the
 port as a 4-byte big-endian int. The canonical text form used in the

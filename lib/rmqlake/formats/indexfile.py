@@ -1,4 +1,4 @@
-"""IndexFile layout, insertion rules and the key query (spec 3, 8.13-8.21).
+"""IndexFile layout, insertion rules and the key query.
 
 An index file is a 40-byte header, ``slots`` 4-byte slots and ``entries``
 20-byte entries. Entry 0 is never used, so a file holds ``entries - 1``
@@ -38,7 +38,7 @@ def capacity(entries: int) -> int:
 
 
 def is_indexed(sys_flag: int) -> bool:
-    """NOT_TYPE, PREPARED and COMMIT messages are indexed; ROLLBACK is not (spec 3.6)."""
+    """NOT_TYPE, PREPARED and COMMIT messages are indexed; ROLLBACK is not."""
     return transaction_type(sys_flag) != TRANSACTION_ROLLBACK_TYPE
 
 

@@ -102,7 +102,7 @@ def index_key_hash(key: str) -> int:
 
 
 def index_slot(key_hash: int, slot_count: int) -> int:
-    """Slot of a non-negative index key hash (spec 3.4)."""
+    """Slot of a non-negative index key hash."""
     return key_hash % slot_count
 
 

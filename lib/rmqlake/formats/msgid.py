@@ -1,4 +1,4 @@
-"""Message ids (spec 1.8): the broker's offsetMsgId and the client's UNIQ_KEY."""
+"""Message ids: the broker's offsetMsgId and the client's UNIQ_KEY."""
 
 from __future__ import annotations
 

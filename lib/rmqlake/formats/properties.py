@@ -1,4 +1,4 @@
-"""The properties string of a record (spec 1.5).
+"""The properties string of a record.
 
 Serialised as ``name 0x01 value 0x02`` per entry, UTF-8, length in a signed
 short. The order is the iteration order of the writer's Java ``HashMap``;
@@ -125,7 +125,7 @@ def parse_properties(data: bytes | str) -> dict[str, str]:
 
 
 def split_keys(keys: str | None) -> list[str]:
-    """KEYS tokens as the index builds them (spec 3.4, 8.22).
+    """KEYS tokens as the index builds them.
 
     Java ``String.split(" ")``: consecutive spaces make empty tokens, which
     the index skips; tabs are not separators.

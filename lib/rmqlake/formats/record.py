@@ -1,4 +1,4 @@
-"""CommitLog record layout: size formula, encoding and decoding (spec 1.2-1.7).
+"""CommitLog record layout: size formula, encoding and decoding.
 
 All integers are big-endian and signed. The record version is carried only
 by the magic code: V1 stores the topic length in one byte, V2 in a short.
@@ -21,7 +21,7 @@ BLANK_MAGIC = -875286124  # 0xCBD43194, end of segment
 END_FILE_MIN_BLANK_LENGTH = 8
 MAX_V1_TOPIC_CHARS = 127
 
-# sysFlag bits (spec 1.3)
+# sysFlag bits
 COMPRESSED_FLAG = 0x1
 MULTI_TAGS_FLAG = 0x2
 TRANSACTION_NOT_TYPE = 0x0
@@ -112,7 +112,7 @@ def sys_flag_with_hosts(sys_flag: int, *, born_host: HostAddress, store_host: Ho
 
 @dataclass(frozen=True)
 class Record:
-    """One CommitLog message record, field for field (spec 1.2).
+    """One CommitLog message record, field for field.
 
     ``properties`` holds the serialised bytes exactly as stored; use
     ``formats.properties.parse_properties`` to read them as a map.
@@ -202,7 +202,7 @@ def encode_record(record: Record) -> bytes:
 
 
 def encode_blank(remaining: int) -> bytes:
-    """The 8-byte end-of-file blank record: TOTALSIZE = ``remaining`` bytes left, BLANK magic (spec 1.6)."""
+    """The 8-byte end-of-file blank record: TOTALSIZE = ``remaining`` bytes left, BLANK magic."""
     if remaining < END_FILE_MIN_BLANK_LENGTH:
         raise ValueError(f"a blank record needs at least 8 bytes, got {remaining}")
     return struct.pack(">ii", remaining, BLANK_MAGIC)
@@ -232,7 +232,7 @@ class CorruptRecordError(ValueError):
 
 
 def decode_record(buf: bytes | memoryview, position: int = 0, *, check_crc: bool = False) -> Record | BlankRecord:
-    """Decode the record at ``position`` of ``buf`` (spec 1.2, 4.1).
+    """Decode the record at ``position`` of ``buf``.
 
     Returns a ``BlankRecord`` for the end-of-file marker. The stored
     PHYSICALOFFSET field is returned as written; the caller knows where it

@@ -1,4 +1,4 @@
-"""The broker's file-deletion rules (spec 6), as pure functions over file metadata.
+"""The broker's file-deletion rules, as pure functions over file metadata.
 
 Sources: DefaultMessageStore.java (CleanCommitLogService.deleteExpiredFiles,
 isSpaceToDelete, isTimeToDelete), MappedFileQueue.java

@@ -1,4 +1,4 @@
-"""CommitLog segments: names and where each record lands (spec 1.1, 1.6, 8.1-8.2).
+"""CommitLog segments: names and where each record lands.
 
 A record fits in the current segment only when it leaves at least 8 bytes
 free behind it (``size + 8 <= remaining``). Otherwise the broker writes an

@@ -1,4 +1,4 @@
-"""Topic name rules: the client's TopicValidator and the broker's pre-put check (spec 1.2)."""
+"""Topic name rules: the client's TopicValidator and the broker's pre-put check."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The expiry job: the broker's file-deletion rules as of ``now`` (spec 6; rules in formats/retention.py).
+"""The expiry job: the broker's file-deletion rules as of ``now`` (rules in formats/retention.py).
 
 Everything is decided from metadata — the ``segments`` rows, the Delta add
 actions of ``consumequeue`` (one data file never spans two CQ files, and its

@@ -50,7 +50,7 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
     state = run.state.setdefault("reput", {})
     dispatched = int(state.get("dispatched_offset", 0))
     minimum = lake.min_physical_offset()
-    if dispatched < minimum:  # spec 4.3: dispatch fell behind deleted segments and jumps to the min offset
+    if dispatched < minimum:  # dispatch fell behind deleted segments and jumps to the min offset
         log.warning("dispatch position %d is below the commitlog min offset %d; skipping to it", dispatched, minimum)
         dispatched = minimum
     metrics = {

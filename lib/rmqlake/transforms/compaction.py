@@ -1,4 +1,4 @@
-"""Compaction: the latest message per key, per topic and queue (spec 5; rules in formats/compaction.py).
+"""Compaction: the latest message per key, per topic and queue (rules in formats/compaction.py).
 
 The broker copies each dispatched record of a COMPACTION topic into a
 per-queue compaction log and periodically rewrites it, keeping a record
@@ -86,7 +86,7 @@ def compaction_stats(flagged, *, new_rows: str = "is_new"):
 
 
 def compacted_units(compacted_log, *, cq_file_size: int):
-    """Units of the compacted queues: original queue offsets, dense positions (spec 5's SparseConsumeQueue).
+    """Units of the compacted queues: original queue offsets, dense positions (SparseConsumeQueue).
 
     ``commitlog_offset`` is the message's offset in the commitlog; ``cq_file``
     is the sparse queue file holding the unit, from the unit's position in the
@@ -108,7 +108,7 @@ def compacted_units(compacted_log, *, cq_file_size: int):
 
 
 def _tags_code(column: str):
-    """``String.hashCode`` of the tags (0 without tags), computed in Spark (spec 2.3).
+    """``String.hashCode`` of the tags (0 without tags), computed in Spark.
 
     Java's hashCode runs over UTF-16 code units, which no Spark function
     does; the rule itself lives in formats/consumequeue.py.

@@ -1,9 +1,9 @@
-"""Reput: dispatch CommitLog rows to ConsumeQueue units and IndexFile entries (spec 2, 3, 4).
+"""Reput: dispatch CommitLog rows to ConsumeQueue units and IndexFile entries.
 
 The broker's ReputMessageService dispatches one record at a time. Here:
 
 * ConsumeQueue units need nothing sequential (queue offsets were assigned
-  at ingest): one row per NOT_TYPE/COMMIT message, tagsCode per spec 2.3.
+  at ingest): one row per NOT_TYPE/COMMIT message, tagsCode as the broker computes it.
 * IndexFile entries are numbered in dispatch order (physical offset, then
   the key's position in the message): per-partition counts of a range-sorted
   frame give each partition its first ordinal, which fixes each entry's file
@@ -319,7 +319,7 @@ def number_entries(with_ordinals, *, plan: IndexPlan):
 
     frame = with_ordinals.withColumn("file_no", file_no.cast("int")).withColumn("index_no", index_no.cast("int"))
     frame = frame.withColumn("index_file", pick(names, "string"))
-    # The first key of a new file is timed from the previous file's end (spec 3.5); no base before any file.
+    # The first key of a new file is timed from the previous file's end; no base before any file.
     first_of_new = (F.col("file_no") > 0) & (F.col("index_no") == 1)
     frame = frame.withColumn(
         "time_base", F.when(first_of_new, pick(previous_ends, "bigint")).otherwise(pick(begins, "bigint"))
@@ -393,7 +393,7 @@ def header_aggregates(rows):
 
 
 def merge_headers(existing: Iterable[Mapping], aggregates: Iterable[Mapping]) -> list[dict]:
-    """``indexfile_header`` rows after the run (the broker's header fields, spec 3.2)."""
+    """``indexfile_header`` rows after the run (the broker's header fields)."""
     headers = {row["index_file"]: dict(row) for row in existing}
     for agg in aggregates:
         name = agg["index_file"]
