@@ -56,7 +56,7 @@ demo: $(STAMP) ## generate ~50k messages, run the jobs into ./lake, print where 
 	$(BIN)/python -m rmqlake.demo --env local --data $(DEMO_DIR) --messages $(DEMO_MESSAGES)
 
 test: $(STAMP) $(HARNESS_STAMP) ## run the test suite (unit, Spark, end to end, Airflow); the cluster test is separate
-	$(BIN)/python -m pytest -q -m "not cluster"
+	$(BIN)/python -m pytest -q -m "not cluster" --durations=15
 
 interop: $(STAMP) $(HARNESS_STAMP) ## only the tests where a real RocketMQ (store, broker, consumer) judges the lake
 	$(BIN)/python -m pytest -q -m interop tests/interop
