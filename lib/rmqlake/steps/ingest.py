@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from rmqlake.config import Settings
 from rmqlake.errors import ConfigError, RefusedError, UsageError
-from rmqlake.inputs import (
+from rmqlake.ingest.files import (
     Fingerprint,
     InputFile,
     count_split_lines,

@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 from rmqlake.formats.msgid import offset_msg_ids_with_prefix
 from rmqlake.formats.record import consumes_queue_offsets
 from rmqlake.formats.segment import next_segment_start, place_records, segment_file_name, segment_start
-from rmqlake.inputs import DamagedInput, Split, iter_split_line_blocks
+from rmqlake.ingest.files import DamagedInput, Split, iter_split_line_blocks
 from rmqlake.lake.storage import Storage
 from rmqlake.lake.tables import COMMITLOG, REJECTED
 from rmqlake.producer_log import ParseOptions, Rejection, line_parser

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from rmqlake.errors import InputError
-from rmqlake.inputs import (
+from rmqlake.ingest.files import (
     UTF8_BOM,
     DamagedInput,
     InputFile,
