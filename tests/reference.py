@@ -73,7 +73,7 @@ class RefBroker:
     rejected: list = field(default_factory=list)
     blanks: list = field(default_factory=list)  # (position, length)
 
-    # -- validation, independent of rmqlake.producer_log ------------------------------------
+    # -- validation, independent of rmqlake.ingest.lines -------------------------------------
     def _validate(self, raw: bytes, path: str, line: int, file_sha: str) -> dict | None:
         cfg = self.config
         try:

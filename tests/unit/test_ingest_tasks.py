@@ -11,7 +11,7 @@ import pytest
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.msgid import offset_msg_id
 from rmqlake.formats.segment import place_records, segment_file_name, segment_start
-from rmqlake.producer_log import ParseOptions
+from rmqlake.ingest.lines import ParseOptions
 from rmqlake.transforms import ingest as T
 
 OPTIONS = ParseOptions(

@@ -24,7 +24,7 @@ from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from rmqlake.formats.topic import VALID_TOPIC, topic_error
 from tests.conftest import CONF
-from tests.unit.test_producer_log_block import OPTIONS, SHANGHAI, SMALL_SEGMENTS, WRAPPED, assert_same, block_route
+from tests.unit.test_ingest_blocks import OPTIONS, SHANGHAI, SMALL_SEGMENTS, WRAPPED, assert_same, block_route
 
 FUZZ = settings(
     derandomize=True,

@@ -21,8 +21,8 @@ from rmqlake.ingest.files import (
     plan_splits,
     resolve_inputs,
 )
+from rmqlake.ingest.lines import ParseOptions
 from rmqlake.lake import Lake, LakeRun, run_with_retries
-from rmqlake.producer_log import ParseOptions
 from rmqlake.progress import Stages
 from rmqlake.timeutil import epoch_ms
 from rmqlake.transforms import ingest as T

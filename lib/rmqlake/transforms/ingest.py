@@ -51,11 +51,12 @@ import pyarrow.parquet as pq
 from rmqlake.formats.msgid import offset_msg_ids_with_prefix
 from rmqlake.formats.record import consumes_queue_offsets
 from rmqlake.formats.segment import next_segment_start, place_records, segment_file_name, segment_start
+from rmqlake.ingest.blocks import BlockColumns, parse_block
 from rmqlake.ingest.files import DamagedInput, Split, iter_split_line_blocks
+from rmqlake.ingest.lines import ParseOptions, Rejection, line_parser
+from rmqlake.ingest.message import MESSAGE_TYPES
 from rmqlake.lake.storage import Storage
 from rmqlake.lake.tables import COMMITLOG, REJECTED
-from rmqlake.producer_log import ParseOptions, Rejection, line_parser
-from rmqlake.producer_log_block import MESSAGE_TYPES, BlockColumns, parse_block
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def parse_lines(
 ) -> pa.RecordBatch:
     """Parse consecutive lines of one file into one Arrow batch of ``PARSED_SCHEMA`` (in line order).
 
-    Lines are accepted column-wise where possible (``producer_log_block``);
+    Lines are accepted column-wise where possible (``ingest.blocks``);
     the others go through the per-line parser, which rejects them with a
     reason or accepts what the column-wise route does not handle.
     """

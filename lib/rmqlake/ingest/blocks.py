@@ -1,6 +1,6 @@
 """Producer log lines → record columns, a block of lines at a time.
 
-``producer_log.LineParser`` is the reference: it states every rule of a
+``lines.LineParser`` is the reference: it states every rule of a
 line and gives every reject reason, one line at a time. Here the same rules
 run column-wise over a block of lines (NumPy and Arrow kernels) once
 msgspec has decoded them: what repeats across lines (topics, hosts,
@@ -14,7 +14,7 @@ This path only *accepts*. A line for which any rule fails, or whose shape
 it does not handle (a body with escapes, a value out of Arrow's range, an
 empty property value, ...), is returned as "not decided here" and goes
 through the per-line parser, which accepts or rejects it with its reason.
-So both routes give the same rows (``tests/unit/test_producer_log_block.py``
+So both routes give the same rows (``tests/unit/test_ingest_blocks.py``
 runs them side by side).
 """
 
@@ -43,41 +43,17 @@ from rmqlake.formats.properties import (
     TAGS,
     UNIQ_KEY,
 )
-from rmqlake.formats.record import TRANSACTION_TYPES
-from rmqlake.producer_log import _DECODER, DECODE_REFUSED, JAVA_INT_MAX, JAVA_INT_MIN, LineFields, LineParser
+from rmqlake.formats.record import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, TRANSACTION_TYPES
+from rmqlake.ingest.lines import JAVA_INT_MAX, JAVA_INT_MIN, LineParser
+from rmqlake.ingest.message import DECODE_REFUSED, LINE_DECODER, MESSAGE_TYPES, LineFields
 
 _ABSENT = LineFields()  # stands in for a line msgspec refused, so every column has a value per line
 _SEPARATORS = f"[{NAME_VALUE_SEPARATOR}{PROPERTY_SEPARATOR}]"
 _QUOTE = 0x22
-_BORN_V6, _STORE_V6 = 0x10, 0x20
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _BODY_OFFSETS_LIMIT = 2**31 - 1  # int32 offsets of a binary array
 _CALENDAR_SAFE_MS = 253_370_764_800_000  # 9999-01-01T00:00Z: month starts are known in every zone before it
 _ARROW_REFUSED = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError)
-
-# The Arrow type of each message column, in ``ParsedMessage``'s field order (the per-line rows are zipped by position).
-MESSAGE_TYPES = {
-    "topic": pa.string(),
-    "queue_id": pa.int32(),
-    "flag": pa.int32(),
-    "sys_flag": pa.int32(),
-    "magic": pa.int32(),
-    "born_timestamp": pa.int64(),
-    "born_host": pa.string(),
-    "store_timestamp": pa.int64(),
-    "store_host": pa.string(),
-    "store_host_prefix": pa.string(),
-    "reconsume_times": pa.int32(),
-    "prepared_transaction_offset": pa.int64(),
-    "body": pa.binary(),
-    "body_crc": pa.int32(),
-    "properties": pa.map_(pa.string(), pa.string()),
-    "properties_bytes": pa.binary(),
-    "keys": pa.list_(pa.field("element", pa.string())),
-    "tags": pa.string(),
-    "uniq_key": pa.string(),
-    "total_size": pa.int32(),
-}
 
 
 @dataclass
@@ -97,14 +73,14 @@ def parse_block(parser: LineParser, lines: list[bytes], *, first_line: int, file
         parser: the per-line parser whose rules (and caches of topics, hosts, property layouts) apply.
         lines: consecutive lines of one file, without newlines.
         first_line: the 1-based number of ``lines[0]``.
-        file_hash32: as for ``producer_log.parse_line``.
+        file_hash32: as for ``lines.parse_line``.
     """
     count = len(lines)
     if not count:
         return BlockColumns(np.zeros(0, np.int64), {}, np.zeros(0, np.int64))
     fields = []
     refused = np.zeros(count, dtype=bool)
-    decode = _DECODER.decode
+    decode = LINE_DECODER.decode
     for position, raw in enumerate(lines):
         try:
             fields.append(decode(raw))
@@ -151,7 +127,7 @@ class _Block:
         uniq = self._uniq_keys(out, born_address)
         properties_length = self._properties(out, keys, has_keys, tags, has_tags, uniq)
         out["sys_flag"] = pa.array(
-            out.pop("_transaction_flag") | (born_v6 * _BORN_V6) | (store_v6 * _STORE_V6), pa.int32()
+            out.pop("_transaction_flag") | (born_v6 * BORNHOST_V6_FLAG) | (store_v6 * STOREHOST_V6_FLAG), pa.int32()
         )
         fixed = self._fixed_sizes(topic_info, born_v6, store_v6)
         size = fixed + body_length + properties_length

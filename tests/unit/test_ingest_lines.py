@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rmqlake.producer_log import ParseOptions, Rejection, parse_line
+from rmqlake.ingest.lines import ParseOptions, Rejection, parse_line
 
 OPTIONS = ParseOptions(
     queue_counts={"Orders": 8, "Profiles": 4},
@@ -175,7 +175,7 @@ def _outcome(route, raw):
 
 @pytest.mark.parametrize("raw", EQUIVALENT_LINES)
 def test_typed_route_and_json_route_agree(raw):
-    from rmqlake.producer_log import _fields_from_json, line_parser
+    from rmqlake.ingest.lines import _fields_from_json, line_parser
 
     parser = line_parser(OPTIONS)
 
@@ -191,7 +191,7 @@ def test_typed_route_and_json_route_agree(raw):
 
 
 def test_plain_lines_take_the_typed_route():
-    from rmqlake.producer_log import _decode_typed, _plain_string
+    from rmqlake.ingest.lines import _decode_typed, _plain_string
 
     fields = _decode_typed(EQUIVALENT_LINES[0])
     assert fields is not None and _plain_string(fields.body) == b"hello"

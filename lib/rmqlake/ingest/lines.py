@@ -33,18 +33,19 @@ from rmqlake.formats.properties import (
     properties_template,
 )
 from rmqlake.formats.record import (
+    BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
     RECORD_OVERHEAD_ALLOWANCE,
+    STOREHOST_V6_FLAG,
     TRANSACTION_TYPES,
     magic_for_topic,
     record_size,
 )
 from rmqlake.formats.topic import topic_error
+from rmqlake.ingest.message import DECODE_REFUSED, LINE_DECODER, LineFields, ParsedMessage
 
 JAVA_INT_MIN, JAVA_INT_MAX = -(2**31), 2**31 - 1
 JAVA_LONG_MAX = 2**63 - 1
-_BORN_V6 = 0x10
-_STORE_V6 = 0x20
 
 
 @dataclass(frozen=True)
@@ -62,71 +63,8 @@ class ParseOptions:
     timezone: str
 
 
-class ParsedMessage(NamedTuple):
-    """A valid line: every record field known before the message is placed in the log.
-
-    ``queue_id`` is ``None`` when the queue is chosen round robin at append time.
-    ``properties`` are the stored (name, value) pairs in storage order.
-    (A tuple, so that Spark tasks turn thousands of them into columns cheaply.)
-    """
-
-    topic: str
-    queue_id: int | None
-    flag: int
-    sys_flag: int
-    magic: int
-    born_timestamp: int
-    born_host: str
-    store_timestamp: int
-    store_host: str
-    store_host_prefix: str
-    reconsume_times: int
-    prepared_transaction_offset: int
-    body: bytes
-    body_crc: int
-    properties: list[tuple[str, str]]
-    properties_bytes: bytes
-    keys: list[str]
-    tags: str | None
-    uniq_key: str
-    total_size: int
-
-
 class Rejection(ValueError):
     """Why a line cannot become a message."""
-
-
-class LineFields(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
-    """A line's fields with their JSON types checked; ``None`` when absent or null.
-
-    msgspec decodes a line straight into this: types checked in C, a
-    repeated name keeps its last value as ``json`` does, and every string is
-    decoded, so an accepted line is valid UTF-8 throughout. Unknown fields
-    are refused because msgspec would skip them without checking their
-    UTF-8: a line it refuses takes the slower ``json`` route, which ignores
-    unknown fields, checks the whole line and says why a line is bad.
-    """
-
-    topic: str | None = None
-    queue_id: int | None = None
-    # The body as its raw JSON text: a plain string is copied, not decoded to str and encoded back.
-    body: msgspec.Raw = msgspec.Raw(b"")
-    body_encoding: str | None = None
-    keys: str | list[str] | None = None
-    tags: str | None = None
-    properties: dict[str, str] | None = None
-    uniq_key: str | None = None
-    flag: int | None = None
-    born_timestamp: int | None = None
-    store_timestamp: int | None = None
-    born_host: str | None = None
-    store_host: str | None = None
-    reconsume_times: int | None = None
-    prepared_transaction_offset: int | None = None
-    transaction: str | None = None
-
-
-_DECODER = msgspec.json.Decoder(LineFields)
 
 
 def parse_line(
@@ -342,9 +280,9 @@ class LineParser:
             raise Rejection(f"properties of {len(properties_bytes)} bytes exceed the maximum {MAX_PROPERTIES_LENGTH}")
 
         if born_host.is_ipv6:
-            sys_flag |= _BORN_V6
+            sys_flag |= BORNHOST_V6_FLAG
         if store_host.is_ipv6:
-            sys_flag |= _STORE_V6
+            sys_flag |= STOREHOST_V6_FLAG
         fixed = self.fixed_size(info, born_host.is_ipv6, store_host.is_ipv6)
         size = fixed + len(body) + len(properties_bytes)  # record_size is linear in the two lengths
         if size > self.size_limit:
@@ -372,7 +310,7 @@ class LineParser:
             size,
         )
 
-    # -- values worked out once (also used by producer_log_block) ------------------------------
+    # -- values worked out once (also used by the block route) --------------------------------
 
     def topic(self, topic: str) -> _Topic:
         """What the rules need of a topic: its problem if invalid, queue count, magic, UTF-8 length."""
@@ -456,14 +394,9 @@ class LineParser:
         )
 
 
-# msgspec raises UnicodeDecodeError for bad UTF-8 in a string, RecursionError for deep nesting (where depends on
-# the stack): the json route then decides, with a fixed nesting limit.
-DECODE_REFUSED = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
-
-
 def _decode_typed(raw: bytes | str) -> LineFields | None:
     try:
-        return _DECODER.decode(raw)
+        return LINE_DECODER.decode(raw)
     except DECODE_REFUSED:
         return None
 

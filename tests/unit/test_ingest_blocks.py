@@ -1,7 +1,7 @@
-"""The column-wise route (producer_log_block) gives, line for line, what the per-line parser gives.
+"""The column-wise route (ingest.blocks) gives, line for line, what the per-line parser gives.
 
 The per-line parser is the reference (its rules are tested against the
-spec in test_producer_log.py). Every line here is parsed both ways, in
+spec in test_ingest_lines.py). Every line here is parsed both ways, in
 blocks of several shapes (alone, among clean lines, all together), so the
 column-wise path is checked both where it decides and where it must hand a
 line over.
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from rmqlake.generate import TopicPlan, generate
-from rmqlake.producer_log import ParseOptions, Rejection, line_parser, parse_line
-from rmqlake.producer_log_block import parse_block
+from rmqlake.ingest.blocks import parse_block
+from rmqlake.ingest.lines import ParseOptions, Rejection, line_parser, parse_line
 from rmqlake.transforms.ingest import parse_lines
 
 OPTIONS = ParseOptions(
@@ -264,7 +264,6 @@ def test_an_empty_block_is_an_empty_batch():
 
 
 def test_message_columns_follow_the_parsed_message_fields():
-    from rmqlake.producer_log import ParsedMessage
-    from rmqlake.producer_log_block import MESSAGE_TYPES
+    from rmqlake.ingest.message import MESSAGE_TYPES, ParsedMessage
 
     assert list(MESSAGE_TYPES) == list(ParsedMessage._fields)
