@@ -19,7 +19,7 @@ import pytest
 from rmqlake.generate import TopicPlan, generate
 from rmqlake.ingest.blocks import parse_block
 from rmqlake.ingest.lines import ParseOptions, Rejection, line_parser, parse_line
-from rmqlake.transforms.ingest import parse_lines
+from rmqlake.ingest.parse import parse_lines
 
 OPTIONS = ParseOptions(
     queue_counts={"Orders": 8, "Profiles": 4, "%RETRY%" + "g" * 150: 1},

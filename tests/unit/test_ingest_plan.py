@@ -6,7 +6,7 @@ from types import SimpleNamespace as Row
 
 import pyarrow as pa
 
-from rmqlake.transforms.ingest import PartitionPlacer, PartitionStart, plan_append, stats_of_partition
+from rmqlake.ingest.plan import PartitionPlacer, PartitionStart, plan_append, stats_of_partition
 from rmqlake.transforms.segments import update_segments
 
 
@@ -172,7 +172,7 @@ def test_vectorised_queue_assignment_equals_the_broker_one_message_at_a_time():
     import random
 
     from rmqlake.formats.record import consumes_queue_offset
-    from rmqlake.transforms.ingest import QueueAssigner
+    from rmqlake.ingest.plan import QueueAssigner
 
     rng = random.Random(11)
     queue_counts = {"A": 3, "B": 1, "C": 8}

@@ -11,8 +11,11 @@ import pytest
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.msgid import offset_msg_id
 from rmqlake.formats.segment import place_records, segment_file_name, segment_start
+from rmqlake.ingest import tasks as tasks_module
 from rmqlake.ingest.lines import ParseOptions
-from rmqlake.transforms import ingest as T
+from rmqlake.ingest.plan import APPEND_ORDER, PartitionStart, append_order_bounds, stats_rows
+from rmqlake.ingest.scratch import NARROW_SCHEMA, IngestTarget, fetch_messages, read_ordered
+from rmqlake.ingest.tasks import SplitTask, order_partition, parse_split, write_partition
 
 OPTIONS = ParseOptions(
     queue_counts={"Orders": 4},
@@ -40,8 +43,8 @@ def _write_input(path, start: int, count: int, *, bad_every: int) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def _target(root) -> T.IngestTarget:
-    return T.IngestTarget(
+def _target(root) -> IngestTarget:
+    return IngestTarget(
         lake_root=str(root / "lake"),
         storage_options={},
         scratch_dir="commitlog/_staging/r1/_scratch",
@@ -62,16 +65,16 @@ def _parse_inputs(root, inputs: dict[str, tuple[int, int, int]]):
     for index, (name, (start, count, bad_every)) in enumerate(inputs.items()):
         _write_input(folder / name, start, count, bad_every=bad_every)
         size = (folder / name).stat().st_size
-        tasks.append(T.SplitTask(index, index, str(folder / name), 0, size, False, "0" * 64, 1, 0x1234))
-    counts = [T.parse_split(task, options=OPTIONS, target=target).to_pylist()[0] for task in tasks]
+        tasks.append(SplitTask(index, index, str(folder / name), 0, size, False, "0" * 64, 1, 0x1234))
+    counts = [parse_split(task, options=OPTIONS, target=target).to_pylist()[0] for task in tasks]
     return target, tasks, counts
 
 
 @pytest.fixture
 def parsed(tmp_path, monkeypatch):
     """Two inputs whose timestamps interleave, parsed into scratch files with small row groups."""
-    monkeypatch.setattr(T, "SCRATCH_BATCH_ROWS", 16)
-    monkeypatch.setattr(T, "NARROW_ROW_GROUP_ROWS", 8)
+    monkeypatch.setattr(tasks_module, "SCRATCH_BATCH_ROWS", 16)
+    monkeypatch.setattr(tasks_module, "NARROW_ROW_GROUP_ROWS", 8)
     return _parse_inputs(tmp_path, {"a.jsonl": (1_000, 120, 25), "b.jsonl": (1_001, 90, 40)})
 
 
@@ -108,11 +111,11 @@ def test_a_partition_is_placed_fetched_and_written_in_offset_order(parsed):
     storage = target.storage()
     narrow = pa.concat_tables(
         pq.read_table(storage.file_path(target.narrow_file(task.index))) for task in tasks
-    ).sort_by([(column, "ascending") for column in T.APPEND_ORDER])
-    start = T.PartitionStart(physical_offset=1000, rr_counters={"Orders": 2}, queue_offsets={("Orders", 1): 40})
+    ).sort_by([(column, "ascending") for column in APPEND_ORDER])
+    start = PartitionStart(physical_offset=1000, rr_counters={"Orders": 2}, queue_offsets={("Orders", 1): 40})
     written = [
         row
-        for batch in T.write_partition(
+        for batch in write_partition(
             narrow.to_batches(max_chunksize=37),
             partition=3,
             start=start,
@@ -157,13 +160,13 @@ def test_fetch_refuses_a_placement_listing_lines_the_scratch_lacks(parsed):
         }
     )
     with pytest.raises(RuntimeError, match="do not hold the lines"):
-        T.fetch_messages(placement, lambda split: pa.ipc.open_file(storage.open_mapped(target.scratch_file(split))))
+        fetch_messages(placement, lambda split: pa.ipc.open_file(storage.open_mapped(target.scratch_file(split))))
 
 
 @pytest.mark.parametrize("partitions", [1, 3, 7])
 def test_ranges_gather_every_narrow_row_once_in_append_order(tmp_path, monkeypatch, partitions):
     """Three files whose timestamps tie (ties go by file, then line) and interleave, in row groups of 8 rows."""
-    monkeypatch.setattr(T, "NARROW_ROW_GROUP_ROWS", 8)
+    monkeypatch.setattr(tasks_module, "NARROW_ROW_GROUP_ROWS", 8)
     target, tasks, _ = _parse_inputs(
         tmp_path, {"a.jsonl": (1_000, 120, 25), "b.jsonl": (1_000, 90, 40), "c.jsonl": (1_101, 60, 1000)}
     )
@@ -171,12 +174,12 @@ def test_ranges_gather_every_narrow_row_once_in_append_order(tmp_path, monkeypat
     files = [target.narrow_file(task.index) for task in tasks]
     narrow = pa.concat_tables(pq.read_table(storage.file_path(path)) for path in files)
     assert all(pq.ParquetFile(storage.file_path(path)).num_row_groups > 3 for path in files)
-    bounds = T.append_order_bounds([pq.read_metadata(storage.file_path(path)) for path in files], partitions)
+    bounds = append_order_bounds([pq.read_metadata(storage.file_path(path)) for path in files], partitions)
     assert len(bounds) == partitions - 1 and bounds == sorted(bounds)
 
     counts = [
-        T.stats_rows(
-            T.order_partition(
+        stats_rows(
+            order_partition(
                 partition,
                 bounds=bounds,
                 narrow_files=files,
@@ -187,8 +190,8 @@ def test_ranges_gather_every_narrow_row_once_in_append_order(tmp_path, monkeypat
         )
         for partition in range(partitions)
     ]
-    ordered = [pa.Table.from_batches(T.read_ordered(target, p), schema=T.NARROW_SCHEMA) for p in range(partitions)]
-    expected = narrow.sort_by([(name, "ascending") for name in T.APPEND_ORDER])
+    ordered = [pa.Table.from_batches(read_ordered(target, p), schema=NARROW_SCHEMA) for p in range(partitions)]
+    expected = narrow.sort_by([(name, "ascending") for name in APPEND_ORDER])
     assert pa.concat_tables(ordered).equals(expected)
     for partition, rows in enumerate(ordered):
         stamps = rows.column("store_timestamp").to_pylist()
@@ -207,8 +210,8 @@ def test_a_truncated_gzip_input_keeps_its_lines_and_rejects_where_it_breaks(tmp_
     path = tmp_path / "cut.jsonl.gz"
     path.write_bytes(packed[: len(packed) // 2])
     target = _target(tmp_path)
-    task = T.SplitTask(0, 0, str(path), 0, path.stat().st_size, True, "0" * 64, 1, 0x1234)
-    counts = T.parse_split(task, options=OPTIONS, target=target).to_pylist()[0]
+    task = SplitTask(0, 0, str(path), 0, path.stat().st_size, True, "0" * 64, 1, 0x1234)
+    counts = parse_split(task, options=OPTIONS, target=target).to_pylist()[0]
     storage = target.storage()
     kept = pa.ipc.open_file(storage.open_mapped(target.scratch_file(0))).read_all().column("source_line").to_pylist()
     assert 0 < len(kept) < 3000 and kept == list(range(1, len(kept) + 1))

@@ -104,3 +104,4 @@ LINE_DECODER = msgspec.json.Decoder(LineFields)
 # msgspec raises UnicodeDecodeError for bad UTF-8 in a string, RecursionError for deep nesting (where depends on
 # the stack): the json route then decides, with a fixed nesting limit.
 DECODE_REFUSED = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+MESSAGE_FIELDS = list(MESSAGE_TYPES.items())  # (name, Arrow type) of a ParsedMessage's fields, in its order

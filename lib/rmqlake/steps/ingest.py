@@ -22,10 +22,20 @@ from rmqlake.ingest.files import (
     resolve_inputs,
 )
 from rmqlake.ingest.lines import ParseOptions
+from rmqlake.ingest.plan import (
+    AppendPlan,
+    StatsRow,
+    append_order_bounds,
+    merge_segment_aggregates,
+    plan_append,
+    replay_end_offset,
+    stats_rows,
+)
+from rmqlake.ingest.scratch import IngestTarget, read_ordered
+from rmqlake.ingest.tasks import PARSED_COUNTS_DDL, SplitTask, order_partition, parse_split, write_partition
 from rmqlake.lake import Lake, LakeRun, run_with_retries
 from rmqlake.progress import Stages
 from rmqlake.timeutil import epoch_ms
-from rmqlake.transforms import ingest as T
 from rmqlake.transforms.segments import segment_size_problem, update_segments
 
 log = logging.getLogger(__name__)
@@ -192,7 +202,7 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     heads = {(t, int(q)): n for t, queues in state.get("queue_heads", {}).items() for q, n in queues.items()}
     rr_counters = dict(state.get("rr_counters", {}))
 
-    target = T.IngestTarget(
+    target = IngestTarget(
         lake_root=lake.root,
         storage_options=dict(settings.lake.storage_options),
         scratch_dir=f"{run.staging_dir('commitlog')}/_scratch",
@@ -249,7 +259,7 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
             commitlog_files = run.collect_staged("commitlog", mode="append")
             if sum(f.num_records for f in commitlog_files) != messages:
                 raise AssertionError("the staged commitlog files do not hold every message of the batch")
-            batch_segments = T.merge_segment_aggregates(written)
+            batch_segments = merge_segment_aggregates(written)
             note.update(
                 rows=messages,
                 offsets=f"{start_offset}..{plan.end_offset}",
@@ -336,13 +346,13 @@ def _plan(spark, target, stats, settings: Settings, start_offset, heads, rr_coun
 
     def replay(partition: int, start: int) -> int:
         def end_offset(index: int) -> int:
-            batches = T.read_ordered(target, index)
+            batches = read_ordered(target, index)
             sizes = (size for batch in batches for size in batch.column("total_size").to_numpy())
-            return T.replay_end_offset(sizes, start_offset=start, segment_size=segment_size)
+            return replay_end_offset(sizes, start_offset=start, segment_size=segment_size)
 
         return spark.sparkContext.parallelize([partition], 1).map(end_offset).collect()[0]
 
-    return T.plan_append(
+    return plan_append(
         stats,
         partitions=partitions,
         start_offset=start_offset,
@@ -355,7 +365,7 @@ def _plan(spark, target, stats, settings: Settings, start_offset, heads, rr_coun
     )
 
 
-def _split_tasks(spark, files: list[Fingerprint], *, split_bytes: int) -> list[T.SplitTask]:
+def _split_tasks(spark, files: list[Fingerprint], *, split_bytes: int) -> list[SplitTask]:
     """The splits to parse, each with its first line number (a counting pass only for files cut in several)."""
     splits = plan_splits(files, split_bytes=split_bytes)
     multi = [s for s in splits if sum(1 for o in splits if o.path == s.path) > 1]
@@ -371,7 +381,7 @@ def _split_tasks(spark, files: list[Fingerprint], *, split_bytes: int) -> list[T
         first_line = running.get(split.path, 1)
         running[split.path] = first_line + counts.get(split, 0)
         tasks.append(
-            T.SplitTask(
+            SplitTask(
                 index=index,
                 file_rank=ranks[split.path],
                 path=split.path,
@@ -387,8 +397,8 @@ def _split_tasks(spark, files: list[Fingerprint], *, split_bytes: int) -> list[T
     return tasks
 
 
-def _parse_splits(spark, tasks: list[T.SplitTask], *, options: ParseOptions, target: T.IngestTarget):
-    """One task per split (``transforms.ingest.parse_split``).
+def _parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target: IngestTarget):
+    """One task per split (``ingest.tasks.parse_split``).
 
     Returns lines and rejected lines per input file, and the splits that hold messages (they have narrow files).
     """
@@ -399,11 +409,11 @@ def _parse_splits(spark, tasks: list[T.SplitTask], *, options: ParseOptions, tar
     def parse(batches):
         for batch in batches:
             for index in batch.column("id").to_pylist():
-                yield T.parse_split(by_index[index], options=options, target=target)
+                yield parse_split(by_index[index], options=options, target=target)
 
     per_file: dict[str, dict] = {}
     with_messages = []
-    for row in frame.mapInArrow(parse, T.PARSED_COUNTS_DDL).collect():
+    for row in frame.mapInArrow(parse, PARSED_COUNTS_DDL).collect():
         totals = per_file.setdefault(by_index[row["split"]].path, {"lines": 0, "rejected": 0})
         totals["lines"] += row["lines"]
         totals["rejected"] += row["rejected"]
@@ -412,16 +422,16 @@ def _parse_splits(spark, tasks: list[T.SplitTask], *, options: ParseOptions, tar
     return per_file, sorted(with_messages)
 
 
-def _order(spark, target: T.IngestTarget, splits: list[int], *, partitions: int, options: ParseOptions) -> list:
-    """Range bounds from the narrow files' footers, then ``transforms.ingest.order_partition`` per range."""
+def _order(spark, target: IngestTarget, splits: list[int], *, partitions: int, options: ParseOptions) -> list:
+    """Range bounds from the narrow files' footers, then ``ingest.tasks.order_partition`` per range."""
     storage = target.storage()
     narrow_files = [target.narrow_file(split) for split in splits]
     footers = [pq.read_metadata(storage.file_path(path), filesystem=storage.fs) for path in narrow_files]
-    bounds = T.append_order_bounds(footers, partitions)
+    bounds = append_order_bounds(footers, partitions)
     queue_counts, default_count = options.queue_counts, options.default_queue_count
 
-    def order(partition: int) -> list[T.StatsRow]:
-        counts = T.order_partition(
+    def order(partition: int) -> list[StatsRow]:
+        counts = order_partition(
             partition,
             bounds=bounds,
             narrow_files=narrow_files,
@@ -429,20 +439,20 @@ def _order(spark, target: T.IngestTarget, splits: list[int], *, partitions: int,
             queue_counts=queue_counts,
             default_queue_count=default_count,
         )
-        return T.stats_rows(counts)
+        return stats_rows(counts)
 
     return spark.sparkContext.parallelize(range(partitions), partitions).flatMap(order).collect()
 
 
-def _place_and_write(spark, *, partitions: int, plan: T.AppendPlan, options, segment_size: int, tasks, target):
-    """Run ``transforms.ingest.write_partition`` on every partition, one task each; one row per file written."""
+def _place_and_write(spark, *, partitions: int, plan: AppendPlan, options, segment_size: int, tasks, target):
+    """Run ``ingest.tasks.write_partition`` on every partition, one task each; one row per file written."""
     starts = plan.starts
     files = {task.index: task.path for task in tasks}
     queue_counts, default_count = options.queue_counts, options.default_queue_count
 
     def write(partition: int) -> list[dict]:
-        batches = T.write_partition(
-            T.read_ordered(target, partition),
+        batches = write_partition(
+            read_ordered(target, partition),
             partition=partition,
             start=starts[partition],
             queue_counts=queue_counts,

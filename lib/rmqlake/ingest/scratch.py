@@ -1,0 +1,179 @@
+"""A run's scratch files and the writers that put every task file in place atomically.
+
+Between the parse and the write, a split's messages wait in an Arrow IPC scratch file and their narrow rows
+(what ordering and placing need) in a small Parquet file; ``IngestTarget`` names them all.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rmqlake.ingest.message import MESSAGE_FIELDS, MESSAGE_TYPES
+from rmqlake.lake.storage import Storage
+
+# The narrow row of a message: what ordering, counting and placing it needs.
+NARROW_SCHEMA = pa.schema(
+    [
+        ("split", pa.int32()),
+        ("file_rank", pa.int32()),
+        ("source_line", pa.int64()),
+        ("store_timestamp", pa.int64()),
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("sys_flag", pa.int32()),
+        ("total_size", pa.int32()),
+        ("scratch_batch", pa.int32()),  # where the message is in its split's scratch file: batch, row in the batch
+        ("scratch_row", pa.int32()),
+    ]
+)
+
+
+# A split's messages as kept between the parse and the write: everything but the file (one per split) and
+# the raw text (only rejected lines keep it). An Arrow IPC file: written and read back (memory-mapped) at the
+# speed of a copy, where Parquet encodes and decodes every value; the write task reads the batches it needs.
+SCRATCH_COLUMNS = ["source_line", *MESSAGE_TYPES]
+_SCRATCH_FIELDS = [("source_line", pa.int64()), *MESSAGE_FIELDS]
+SCRATCH_BATCH_ROWS = 2048
+NARROW_ROW_GROUP_ROWS = 8192  # ~300 KB: the unit the ordering step reads, and the grain of its range bounds
+
+
+@dataclass(frozen=True)
+class IngestTarget:
+    """Where a run's tasks write (relative to the lake root) and the values every written row shares."""
+
+    lake_root: str
+    storage_options: dict
+    scratch_dir: str  # <commitlog staging>/_scratch: hidden from the staged files that are committed
+    commitlog_dir: str  # the commitlog's staging folder of the run
+    rejected_dir: str  # the rejected table's staging folder of the run
+    run_id: str
+    batch_id: str
+    rejected_at_us: int  # epoch microseconds
+
+    def storage(self) -> Storage:
+        return Storage(self.lake_root, self.storage_options)
+
+    def scratch_file(self, split: int) -> str:
+        return f"{self.scratch_dir}/messages/split-{split:06d}.arrow"
+
+    def narrow_file(self, split: int) -> str:
+        return f"{self.scratch_dir}/narrow/split-{split:06d}.parquet"
+
+    def ordered_file(self, partition: int) -> str:
+        return f"{self.scratch_dir}/ordered/part-{partition:06d}.parquet"
+
+
+class AtomicFile:
+    """A file written under a hidden temporary name and moved into place when complete: a retried task replaces
+    it, a killed one leaves only a hidden temporary file (``collect_staged`` skips those)."""
+
+    def __init__(self, storage: Storage, relative: str):
+        self.storage = storage
+        self.relative = relative
+        folder, name = relative.rsplit("/", 1)
+        self.temporary = f"{folder}/.{name}.{uuid.uuid4().hex[:12]}.tmp"
+
+    def _temporary_path(self) -> str:
+        path = self.storage.file_path(self.temporary)
+        self.storage.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        return path
+
+    def _complete(self) -> None:
+        self.storage.move(self.temporary, self.relative)
+
+
+class AtomicArrowFile(AtomicFile):
+    """An Arrow IPC file, written batch after batch."""
+
+    def __init__(self, storage: Storage, relative: str):
+        super().__init__(storage, relative)
+        self.batches = 0
+        self._stream = None
+        self._writer = None
+
+    def write(self, batch: pa.RecordBatch, *, max_rows: int) -> None:
+        """Append ``batch`` as batches of ``max_rows`` rows (the last one shorter)."""
+        if self._writer is None:
+            self._stream = self.storage.fs.open_output_stream(self._temporary_path())
+            self._writer = pa.ipc.new_file(self._stream, batch.schema)
+        for start in range(0, batch.num_rows, max_rows):
+            self._writer.write_batch(batch.slice(start, max_rows))
+            self.batches += 1
+
+    def close(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._stream.close()
+        self._complete()
+
+
+class AtomicParquet(AtomicFile):
+    """A Parquet file, written table after table in row groups of ``row_group_size`` rows."""
+
+    def __init__(self, storage: Storage, relative: str, *, row_group_size: int, **writer_options):
+        super().__init__(storage, relative)
+        self.row_group_size = row_group_size
+        self.writer_options = writer_options
+        self.writer: pq.ParquetWriter | None = None
+
+    def write(self, table: pa.Table | pa.RecordBatch) -> None:
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(
+                self._temporary_path(), table.schema, filesystem=self.storage.fs, **self.writer_options
+            )
+        self.writer.write_table(table, row_group_size=self.row_group_size)
+
+    def close(self) -> None:
+        if self.writer is None:
+            return
+        self.writer.close()
+        self._complete()
+
+
+def read_ordered(target: IngestTarget, partition: int) -> list[pa.RecordBatch]:
+    """A partition's narrow rows in append order, as ``order_partition`` saved them (none if it was empty)."""
+    storage = target.storage()
+    path = target.ordered_file(partition)
+    if not storage.exists(path):
+        return []
+    return pq.read_table(storage.file_path(path), filesystem=storage.fs).to_batches()
+
+
+def fetch_messages(placement: pa.Table, open_scratch: Callable[[int], pa.ipc.RecordBatchFileReader]) -> pa.Table:
+    """The scratch rows (``SCRATCH_COLUMNS``) of the placed lines, in placement order.
+
+    Each split's file is read only in the batches holding its lines (the
+    narrow rows say which batch and row); a check of the lines found
+    against the lines wanted guards against a mix-up.
+    """
+    splits = placement.column("split").to_numpy()
+    batches = placement.column("scratch_batch").to_numpy()
+    rows = placement.column("scratch_row").to_numpy()
+    pieces, take = [], np.empty(len(splits), dtype=np.int64)
+    base = 0
+    for split in np.unique(splits).tolist():
+        mine = np.flatnonzero(splits == split)
+        wanted, where = np.unique(batches[mine], return_inverse=True)
+        scratch = open_scratch(split)
+        read = [scratch.get_batch(int(index)) for index in wanted]
+        starts = np.cumsum([0] + [batch.num_rows for batch in read[:-1]])
+        take[mine] = base + starts[where] + rows[mine]
+        base += sum(batch.num_rows for batch in read)
+        pieces.extend(read)
+    if not pieces:
+        return pa.table({name: pa.array([], type) for name, type in _SCRATCH_FIELDS})
+    # One chunk first: a take across many small batches costs about twice the copy (measured).
+    messages = pa.Table.from_batches(pieces).combine_chunks().take(pa.array(take))
+    found = messages.column("source_line").to_numpy()
+    if not np.array_equal(found, placement.column("source_line").to_numpy()):
+        raise RuntimeError("the scratch files do not hold the lines the placement lists where it says")
+    return messages
