@@ -34,6 +34,7 @@ line (its position, order key, topic, queue, sysFlag and size) does.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
@@ -44,17 +45,32 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rmqlake.formats.segment import segment_file_name
-from rmqlake.ingest.files import DamagedInput, Split, iter_split_line_blocks
+from rmqlake.ingest.files import (
+    DamagedInput,
+    Fingerprint,
+    InputFile,
+    Split,
+    count_split_lines,
+    fingerprint,
+    iter_split_line_blocks,
+    plan_splits,
+)
 from rmqlake.ingest.lines import ParseOptions
 from rmqlake.ingest.parse import PARSED_SCHEMA, gc_paused, parse_lines
 from rmqlake.ingest.plan import (
     APPEND_ORDER,
     COMMITLOG_FILE_SCHEMA,
     PLACEMENT_SCHEMA,
+    AppendPlan,
     PartitionPlacer,
     PartitionStart,
+    StatsRow,
+    append_order_bounds,
     commitlog_rows,
+    plan_append,
+    replay_end_offset,
     stats_of_partition,
+    stats_rows,
 )
 from rmqlake.ingest.scratch import (
     NARROW_ROW_GROUP_ROWS,
@@ -65,9 +81,12 @@ from rmqlake.ingest.scratch import (
     AtomicParquet,
     IngestTarget,
     fetch_messages,
+    read_ordered,
 )
 from rmqlake.lake.storage import Storage
 from rmqlake.lake.tables import REJECTED
+
+log = logging.getLogger(__name__)
 
 
 def use_task_memory_pool() -> None:
@@ -388,3 +407,157 @@ def write_partition(
             ],
             schema=_WRITTEN_SCHEMA,
         )
+
+
+# -- the Spark jobs that run these tasks (called by the driver) ----------------------------
+
+# Small row groups: a lookup by physical offset reads one row group per message, not a whole file.
+COMMITLOG_ROW_GROUP_BYTES = 1024 * 1024
+
+
+def fingerprint_files(spark, files: list[InputFile]) -> list[Fingerprint]:
+    """Every input file's fingerprint, hashed on executors when the files are big."""
+    if len(files) == 1 or sum(f.size for f in files) < 64 * 1024 * 1024:
+        return [fingerprint(f) for f in files]
+    # Hash in parallel, one small result per file; a few files per task, as a Python task costs ~50 ms however
+    # little it does.
+    context = spark.sparkContext
+    rdd = context.parallelize(files, min(len(files), 4 * context.defaultParallelism))
+    return sorted(rdd.map(fingerprint).collect(), key=lambda f: f.path)
+
+
+def plan_partitions(
+    spark,
+    target: IngestTarget,
+    stats: list[StatsRow],
+    *,
+    partitions: int,
+    start_offset: int,
+    queue_heads: Mapping[tuple[str, int], int],
+    rr_counters: Mapping[str, int],
+    options: ParseOptions,
+) -> AppendPlan:
+    """Per-partition starting values; partitions crossing a segment end are replayed, one task each."""
+    segment_size = options.segment_size
+
+    def replay(partition: int, start: int) -> int:
+        def end_offset(index: int) -> int:
+            batches = read_ordered(target, index)
+            sizes = (size for batch in batches for size in batch.column("total_size").to_numpy())
+            return replay_end_offset(sizes, start_offset=start, segment_size=segment_size)
+
+        return spark.sparkContext.parallelize([partition], 1).map(end_offset).collect()[0]
+
+    return plan_append(
+        stats,
+        partitions=partitions,
+        start_offset=start_offset,
+        queue_heads=queue_heads,
+        rr_counters=rr_counters,
+        queue_counts=options.queue_counts,
+        default_queue_count=options.default_queue_count,
+        segment_size=segment_size,
+        replay=replay,
+    )
+
+
+def split_tasks(spark, files: list[Fingerprint], *, split_bytes: int) -> list[SplitTask]:
+    """The splits to parse, each with its first line number (a counting pass only for files cut in several)."""
+    splits = plan_splits(files, split_bytes=split_bytes)
+    multi = [s for s in splits if sum(1 for o in splits if o.path == s.path) > 1]
+    counts = {}
+    if multi:
+        counted = spark.sparkContext.parallelize(multi, len(multi)).map(lambda s: (s, count_split_lines(s))).collect()
+        counts = dict(counted)
+    ranks = {path: rank for rank, path in enumerate(sorted({f.path for f in files}))}
+    hashes = {f.path: f.hash32 for f in files}
+    running: dict[str, int] = {}
+    tasks = []
+    for index, split in enumerate(splits):
+        first_line = running.get(split.path, 1)
+        running[split.path] = first_line + counts.get(split, 0)
+        tasks.append(
+            SplitTask(
+                index=index,
+                file_rank=ranks[split.path],
+                path=split.path,
+                start=split.start,
+                end=split.end,
+                compressed=split.compressed,
+                sha256=split.sha256,
+                first_line=first_line,
+                hash32=hashes[split.path],
+            )
+        )
+    log.info("reading %d files in %d splits", len(files), len(splits))
+    return tasks
+
+
+def parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target: IngestTarget):
+    """One task per split (``parse_split``).
+
+    Returns lines and rejected lines per input file, and the splits that hold messages (they have narrow files).
+    """
+    # spark.range with as many partitions as splits: exactly one split per task (hashing would pile some up).
+    frame = spark.range(0, len(tasks), 1, len(tasks))
+    by_index = {task.index: task for task in tasks}
+
+    def parse(batches):
+        for batch in batches:
+            for index in batch.column("id").to_pylist():
+                yield parse_split(by_index[index], options=options, target=target)
+
+    per_file: dict[str, dict] = {}
+    with_messages = []
+    for row in frame.mapInArrow(parse, PARSED_COUNTS_DDL).collect():
+        totals = per_file.setdefault(by_index[row["split"]].path, {"lines": 0, "rejected": 0})
+        totals["lines"] += row["lines"]
+        totals["rejected"] += row["rejected"]
+        if row["lines"] > row["rejected"]:
+            with_messages.append(row["split"])
+    return per_file, sorted(with_messages)
+
+
+def order_partitions(spark, target: IngestTarget, splits: list[int], *, partitions: int, options: ParseOptions) -> list:
+    """Range bounds from the narrow files' footers, then ``order_partition`` per range."""
+    storage = target.storage()
+    narrow_files = [target.narrow_file(split) for split in splits]
+    footers = [pq.read_metadata(storage.file_path(path), filesystem=storage.fs) for path in narrow_files]
+    bounds = append_order_bounds(footers, partitions)
+    queue_counts, default_count = options.queue_counts, options.default_queue_count
+
+    def order(partition: int) -> list[StatsRow]:
+        counts = order_partition(
+            partition,
+            bounds=bounds,
+            narrow_files=narrow_files,
+            target=target,
+            queue_counts=queue_counts,
+            default_queue_count=default_count,
+        )
+        return stats_rows(counts)
+
+    return spark.sparkContext.parallelize(range(partitions), partitions).flatMap(order).collect()
+
+
+def place_and_write(spark, *, partitions: int, plan: AppendPlan, options, segment_size: int, tasks, target):
+    """Run ``write_partition`` on every partition, one task each; one row per file written."""
+    starts = plan.starts
+    files = {task.index: task.path for task in tasks}
+    queue_counts, default_count = options.queue_counts, options.default_queue_count
+
+    def write(partition: int) -> list[dict]:
+        batches = write_partition(
+            read_ordered(target, partition),
+            partition=partition,
+            start=starts[partition],
+            queue_counts=queue_counts,
+            default_queue_count=default_count,
+            segment_size=segment_size,
+            files=files,
+            target=target,
+            row_group_bytes=COMMITLOG_ROW_GROUP_BYTES,
+        )
+        return [row for batch in batches for row in batch.to_pylist()]
+
+    return spark.sparkContext.parallelize(range(partitions), partitions).flatMap(write).collect()

@@ -13,34 +13,24 @@ import pyarrow.parquet as pq
 
 from rmqlake.config import Settings
 from rmqlake.errors import ConfigError, RefusedError, UsageError
-from rmqlake.ingest.files import (
-    Fingerprint,
-    InputFile,
-    count_split_lines,
-    fingerprint,
-    plan_splits,
-    resolve_inputs,
-)
+from rmqlake.ingest.files import Fingerprint, InputFile, resolve_inputs
 from rmqlake.ingest.lines import ParseOptions
-from rmqlake.ingest.plan import (
-    AppendPlan,
-    StatsRow,
-    append_order_bounds,
-    merge_segment_aggregates,
-    plan_append,
-    replay_end_offset,
-    stats_rows,
+from rmqlake.ingest.plan import merge_segment_aggregates
+from rmqlake.ingest.scratch import IngestTarget
+from rmqlake.ingest.tasks import (
+    fingerprint_files,
+    order_partitions,
+    parse_splits,
+    place_and_write,
+    plan_partitions,
+    split_tasks,
 )
-from rmqlake.ingest.scratch import IngestTarget, read_ordered
-from rmqlake.ingest.tasks import PARSED_COUNTS_DDL, SplitTask, order_partition, parse_split, write_partition
 from rmqlake.lake import Lake, LakeRun, run_with_retries
 from rmqlake.progress import Stages
 from rmqlake.timeutil import epoch_ms
 from rmqlake.transforms.segments import segment_size_problem, update_segments
 
 log = logging.getLogger(__name__)
-# Small row groups: a lookup by physical offset reads one row group per message, not a whole file.
-COMMITLOG_ROW_GROUP_BYTES = 1024 * 1024
 
 
 def parse_options(settings: Settings) -> ParseOptions:
@@ -122,7 +112,7 @@ def ingest(
     files = check_ingest(settings, input_path=input_path)
     total = sum(f.size for f in files)
     log.info("found %d input files (%.1f MB) at %s", len(files), total / 1e6, input_path)
-    prints = _fingerprints(spark, files)
+    prints = fingerprint_files(spark, files)
     lake = open_lake(settings)
 
     def work(run: LakeRun) -> dict:
@@ -148,16 +138,6 @@ def _refuse_when_disk_full(state: dict, settings: Settings) -> None:
         "(SERVICE_NOT_AVAILABLE). Nothing was written. Run `rmqlake expire` to free space (the flag clears once "
         "usage is at or below retention.disk_clean_forcibly_ratio), or --set ingest.write_when_disk_full=true"
     )
-
-
-def _fingerprints(spark, files: list[InputFile]) -> list[Fingerprint]:
-    if len(files) == 1 or sum(f.size for f in files) < 64 * 1024 * 1024:
-        return [fingerprint(f) for f in files]
-    # Hash in parallel, one small result per file; a few files per task, as a Python task costs ~50 ms however
-    # little it does.
-    context = spark.sparkContext
-    rdd = context.parallelize(files, min(len(files), 4 * context.defaultParallelism))
-    return sorted(rdd.map(fingerprint).collect(), key=lambda f: f.path)
 
 
 def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *, batch_id, now, started) -> dict:
@@ -216,8 +196,8 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     stages = Stages(log)
     # 1. read and parse: messages and their narrow rows to scratch files, rejected lines to staging
     with stages("read and parse") as note:
-        tasks = _split_tasks(spark, new, split_bytes=settings.ingest.split_bytes)
-        per_file, ordered_splits = _parse_splits(spark, tasks, options=options, target=target)
+        tasks = split_tasks(spark, new, split_bytes=settings.ingest.split_bytes)
+        per_file, ordered_splits = parse_splits(spark, tasks, options=options, target=target)
         rows_in = sum(r["lines"] for r in per_file.values())
         rejected_count = sum(r["rejected"] for r in per_file.values())
         note.update(rows=rows_in, messages=rows_in - rejected_count, rejected=rejected_count, files=len(new))
@@ -233,10 +213,19 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     stats = []  # a batch of rejected lines only places nothing
     if messages:
         with stages("sort into append order") as note:
-            stats = _order(spark, target, ordered_splits, partitions=partitions, options=options)
+            stats = order_partitions(spark, target, ordered_splits, partitions=partitions, options=options)
             note.update(rows=messages, partitions=partitions)
     with stages("plan offsets") as note:
-        plan = _plan(spark, target, stats, settings, start_offset, heads, rr_counters, options, partitions)
+        plan = plan_partitions(
+            spark,
+            target,
+            stats,
+            partitions=partitions,
+            start_offset=start_offset,
+            queue_heads=heads,
+            rr_counters=rr_counters,
+            options=options,
+        )
         note.update(partitions_replayed=plan.partitions_replayed)
     if plan.messages != messages:
         raise AssertionError(f"placement plan counts {plan.messages} messages, parsing found {messages}")
@@ -247,7 +236,7 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     batch_segments: list[dict] = []
     if messages:
         with stages("place and write commitlog") as note:
-            written = _place_and_write(
+            written = place_and_write(
                 spark,
                 partitions=partitions,
                 plan=plan,
@@ -338,133 +327,6 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
         messages / seconds if seconds else 0,
     )
     return metrics
-
-
-def _plan(spark, target, stats, settings: Settings, start_offset, heads, rr_counters, options, partitions):
-    """Per-partition starting values; partitions crossing a segment end are replayed, one task each."""
-    segment_size = settings.store.commitlog_segment_size
-
-    def replay(partition: int, start: int) -> int:
-        def end_offset(index: int) -> int:
-            batches = read_ordered(target, index)
-            sizes = (size for batch in batches for size in batch.column("total_size").to_numpy())
-            return replay_end_offset(sizes, start_offset=start, segment_size=segment_size)
-
-        return spark.sparkContext.parallelize([partition], 1).map(end_offset).collect()[0]
-
-    return plan_append(
-        stats,
-        partitions=partitions,
-        start_offset=start_offset,
-        queue_heads=heads,
-        rr_counters=rr_counters,
-        queue_counts=options.queue_counts,
-        default_queue_count=options.default_queue_count,
-        segment_size=segment_size,
-        replay=replay,
-    )
-
-
-def _split_tasks(spark, files: list[Fingerprint], *, split_bytes: int) -> list[SplitTask]:
-    """The splits to parse, each with its first line number (a counting pass only for files cut in several)."""
-    splits = plan_splits(files, split_bytes=split_bytes)
-    multi = [s for s in splits if sum(1 for o in splits if o.path == s.path) > 1]
-    counts = {}
-    if multi:
-        counted = spark.sparkContext.parallelize(multi, len(multi)).map(lambda s: (s, count_split_lines(s))).collect()
-        counts = dict(counted)
-    ranks = {path: rank for rank, path in enumerate(sorted({f.path for f in files}))}
-    hashes = {f.path: f.hash32 for f in files}
-    running: dict[str, int] = {}
-    tasks = []
-    for index, split in enumerate(splits):
-        first_line = running.get(split.path, 1)
-        running[split.path] = first_line + counts.get(split, 0)
-        tasks.append(
-            SplitTask(
-                index=index,
-                file_rank=ranks[split.path],
-                path=split.path,
-                start=split.start,
-                end=split.end,
-                compressed=split.compressed,
-                sha256=split.sha256,
-                first_line=first_line,
-                hash32=hashes[split.path],
-            )
-        )
-    log.info("reading %d files in %d splits", len(files), len(splits))
-    return tasks
-
-
-def _parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target: IngestTarget):
-    """One task per split (``ingest.tasks.parse_split``).
-
-    Returns lines and rejected lines per input file, and the splits that hold messages (they have narrow files).
-    """
-    # spark.range with as many partitions as splits: exactly one split per task (hashing would pile some up).
-    frame = spark.range(0, len(tasks), 1, len(tasks))
-    by_index = {task.index: task for task in tasks}
-
-    def parse(batches):
-        for batch in batches:
-            for index in batch.column("id").to_pylist():
-                yield parse_split(by_index[index], options=options, target=target)
-
-    per_file: dict[str, dict] = {}
-    with_messages = []
-    for row in frame.mapInArrow(parse, PARSED_COUNTS_DDL).collect():
-        totals = per_file.setdefault(by_index[row["split"]].path, {"lines": 0, "rejected": 0})
-        totals["lines"] += row["lines"]
-        totals["rejected"] += row["rejected"]
-        if row["lines"] > row["rejected"]:
-            with_messages.append(row["split"])
-    return per_file, sorted(with_messages)
-
-
-def _order(spark, target: IngestTarget, splits: list[int], *, partitions: int, options: ParseOptions) -> list:
-    """Range bounds from the narrow files' footers, then ``ingest.tasks.order_partition`` per range."""
-    storage = target.storage()
-    narrow_files = [target.narrow_file(split) for split in splits]
-    footers = [pq.read_metadata(storage.file_path(path), filesystem=storage.fs) for path in narrow_files]
-    bounds = append_order_bounds(footers, partitions)
-    queue_counts, default_count = options.queue_counts, options.default_queue_count
-
-    def order(partition: int) -> list[StatsRow]:
-        counts = order_partition(
-            partition,
-            bounds=bounds,
-            narrow_files=narrow_files,
-            target=target,
-            queue_counts=queue_counts,
-            default_queue_count=default_count,
-        )
-        return stats_rows(counts)
-
-    return spark.sparkContext.parallelize(range(partitions), partitions).flatMap(order).collect()
-
-
-def _place_and_write(spark, *, partitions: int, plan: AppendPlan, options, segment_size: int, tasks, target):
-    """Run ``ingest.tasks.write_partition`` on every partition, one task each; one row per file written."""
-    starts = plan.starts
-    files = {task.index: task.path for task in tasks}
-    queue_counts, default_count = options.queue_counts, options.default_queue_count
-
-    def write(partition: int) -> list[dict]:
-        batches = write_partition(
-            read_ordered(target, partition),
-            partition=partition,
-            start=starts[partition],
-            queue_counts=queue_counts,
-            default_queue_count=default_count,
-            segment_size=segment_size,
-            files=files,
-            target=target,
-            row_group_bytes=COMMITLOG_ROW_GROUP_BYTES,
-        )
-        return [row for batch in batches for row in batch.to_pylist()]
-
-    return spark.sparkContext.parallelize(range(partitions), partitions).flatMap(write).collect()
 
 
 def _log_rejects(lake: Lake, run: LakeRun, files, *, limit: int) -> None:
