@@ -32,6 +32,7 @@ from rmqlake.formats.properties import split_keys
 from rmqlake.formats.segment import segment_file_name, segment_start
 from rmqlake.lake import Lake
 from rmqlake.lake.lake import holds_any
+from rmqlake.lake.tables import COMMITLOG
 from rmqlake.timeutil import iso
 
 log = logging.getLogger(__name__)
@@ -39,28 +40,31 @@ log = logging.getLogger(__name__)
 LONG_MAX = 2**63 - 1
 MAX_FILTER_MESSAGE_SIZE = 16000  # maxFilterMessageSize: bytes of CQ a pull scans at least
 DEFAULT_PULL_BATCH = 32
-MESSAGE_COLUMNS = [
-    "physical_offset",
-    "total_size",
-    "topic",
-    "queue_id",
-    "queue_offset",
-    "sys_flag",
-    "store_timestamp",
-    "born_timestamp",
-    "born_host",
-    "store_host",
-    "keys",
-    "tags",
-    "uniq_key",
-    "msg_id",
-    "body",
-    "properties",
-    "reconsume_times",
-    "flag",
-    "body_crc",
-    "magic",
-]
+# What a query shows of a message, in this order (the rows' key order in the output).
+MESSAGE_VIEW_COLUMNS = COMMITLOG.schema.select(
+    [
+        "physical_offset",
+        "total_size",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "sys_flag",
+        "store_timestamp",
+        "born_timestamp",
+        "born_host",
+        "store_host",
+        "keys",
+        "tags",
+        "uniq_key",
+        "msg_id",
+        "body",
+        "properties",
+        "reconsume_times",
+        "flag",
+        "body_crc",
+        "magic",
+    ]
+).names
 
 
 def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int) -> dict[int, dict]:
@@ -78,7 +82,7 @@ def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int) -> d
         if str(stats["partition"].get("segment")) in segments
         and holds_any(wanted, stats["min"]["physical_offset"], stats["max"]["physical_offset"])
     ]
-    table = lake.lookup("commitlog", column="physical_offset", values=wanted, columns=MESSAGE_COLUMNS, files=files)
+    table = lake.lookup("commitlog", column="physical_offset", values=wanted, columns=MESSAGE_VIEW_COLUMNS, files=files)
     return {row["physical_offset"]: row for row in table.to_pylist()}
 
 
@@ -425,7 +429,7 @@ def query_compacted_offset(
         wanted = parse_tag_expression(tags)
         found = lake.scan(
             "compaction_log",
-            columns=MESSAGE_COLUMNS,
+            columns=MESSAGE_VIEW_COLUMNS,
             partitions=partition,
             filter=ds.field("physical_offset").isin([u["commitlog_offset"] for u in units]),
         ).to_pylist()

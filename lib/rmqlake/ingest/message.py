@@ -1,71 +1,58 @@
 """What a producer log line is and what a valid line becomes: the message model both parse routes share.
 
-``LineFields`` is a line's JSON shape; ``ParsedMessage`` is an accepted line's record fields, and
-``MESSAGE_TYPES`` their Arrow types, so a new message field is declared here once for the per-line
-route (``lines``), the column-wise route (``blocks``) and the scratch files between tasks.
+``LineFields`` is a line's JSON shape; ``PARSED_MESSAGE`` is an accepted line's record fields, taken from the
+commitlog's column declarations: ``ParsedMessage`` (its row type) and ``MESSAGE_TYPES`` (its Arrow types)
+derive from it, so a new message field is declared once for the per-line route (``lines``), the column-wise
+route (``blocks``) and the scratch files between tasks.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import msgspec
-import pyarrow as pa
 
+from rmqlake.lake.tables import COMMITLOG, Column
 
-class ParsedMessage(NamedTuple):
-    """A valid line: every record field known before the message is placed in the log.
+# A valid line: every record field known before the message is placed in the log, in the order the per-line
+# parser builds them (rows are zipped with the columns by position). The commitlog's own declarations, plus
+# the offsetMsgId's host half, which the placement completes with the physical offset.
+STORE_HOST_PREFIX = Column(
+    "store_host_prefix", "string", "the offsetMsgId's first half: store host address and port, upper-case hex"
+)
+PARSED_MESSAGE = COMMITLOG.schema.select(
+    [
+        "topic",
+        "queue_id",
+        "flag",
+        "sys_flag",
+        "magic",
+        "born_timestamp",
+        "born_host",
+        "store_timestamp",
+        "store_host",
+        STORE_HOST_PREFIX,
+        "reconsume_times",
+        "prepared_transaction_offset",
+        "body",
+        "body_crc",
+        "properties",
+        "properties_bytes",
+        "keys",
+        "tags",
+        "uniq_key",
+        "total_size",
+    ]
+)
+ParsedMessage = PARSED_MESSAGE.record_type(
+    "ParsedMessage",
+    """A valid line's record fields (``PARSED_MESSAGE``).
 
     ``queue_id`` is ``None`` when the queue is chosen round robin at append time.
     ``properties`` are the stored (name, value) pairs in storage order.
     (A tuple, so that Spark tasks turn thousands of them into columns cheaply.)
-    """
-
-    topic: str
-    queue_id: int | None
-    flag: int
-    sys_flag: int
-    magic: int
-    born_timestamp: int
-    born_host: str
-    store_timestamp: int
-    store_host: str
-    store_host_prefix: str
-    reconsume_times: int
-    prepared_transaction_offset: int
-    body: bytes
-    body_crc: int
-    properties: list[tuple[str, str]]
-    properties_bytes: bytes
-    keys: list[str]
-    tags: str | None
-    uniq_key: str
-    total_size: int
-
-
-# The Arrow type of each message column, in ``ParsedMessage``'s field order (the per-line rows are zipped by position).
-MESSAGE_TYPES = {
-    "topic": pa.string(),
-    "queue_id": pa.int32(),
-    "flag": pa.int32(),
-    "sys_flag": pa.int32(),
-    "magic": pa.int32(),
-    "born_timestamp": pa.int64(),
-    "born_host": pa.string(),
-    "store_timestamp": pa.int64(),
-    "store_host": pa.string(),
-    "store_host_prefix": pa.string(),
-    "reconsume_times": pa.int32(),
-    "prepared_transaction_offset": pa.int64(),
-    "body": pa.binary(),
-    "body_crc": pa.int32(),
-    "properties": pa.map_(pa.string(), pa.string()),
-    "properties_bytes": pa.binary(),
-    "keys": pa.list_(pa.field("element", pa.string())),
-    "tags": pa.string(),
-    "uniq_key": pa.string(),
-    "total_size": pa.int32(),
-}
+    """,
+)
+MESSAGE_TYPES = {field.name: field.type for field in PARSED_MESSAGE.arrow_schema}
+MESSAGE_FIELDS = list(MESSAGE_TYPES.items())  # (name, Arrow type) of a ParsedMessage's fields, in its order
 
 
 class LineFields(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
@@ -104,4 +91,3 @@ LINE_DECODER = msgspec.json.Decoder(LineFields)
 # msgspec raises UnicodeDecodeError for bad UTF-8 in a string, RecursionError for deep nesting (where depends on
 # the stack): the json route then decides, with a fixed nesting limit.
 DECODE_REFUSED = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
-MESSAGE_FIELDS = list(MESSAGE_TYPES.items())  # (name, Arrow type) of a ParsedMessage's fields, in its order

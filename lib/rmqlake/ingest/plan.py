@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +18,7 @@ import pyarrow.parquet as pq
 from rmqlake.formats.msgid import offset_msg_ids_with_prefix
 from rmqlake.formats.record import consumes_queue_offsets
 from rmqlake.formats.segment import next_segment_start, place_records, segment_start
-from rmqlake.lake.tables import COMMITLOG
+from rmqlake.lake.tables import COMMITLOG, columns
 
 # file_rank: the input file's position in path order, so ordering by it orders by path.
 APPEND_ORDER = ("store_timestamp", "file_rank", "source_line")
@@ -57,16 +56,16 @@ def append_order_bounds(footers: Iterable[pq.FileMetaData], partitions: int) -> 
     return np.maximum.accumulate(bounds).tolist()
 
 
-_STATS_SCHEMA = pa.schema(
-    [
-        ("partition", pa.int32()),
-        ("kind", pa.string()),
-        ("topic", pa.string()),
-        ("queue_id", pa.int32()),
-        ("bucket", pa.int32()),
-        ("value", pa.int64()),
-    ]
+# One count of a partition (``stats_of_partition``): the frame the ordering tasks return to the driver.
+STATS = columns(
+    ("partition", "int", "the append-order partition counted"),
+    ("kind", "string", "messages, bytes, rr_total, rr_consuming, queue, topic_messages or topic_bytes"),
+    ("topic", "string", "the topic counted, for the per-topic and per-queue kinds"),
+    ("queue_id", "int", "the queue counted, for the queue kind"),
+    ("bucket", "int", "a round-robin message's local ordinal modulo the topic's queue count (rr_consuming)"),
+    ("value", "bigint", "the count"),
 )
+_STATS_SCHEMA = STATS.arrow_schema
 
 
 def _queue_count(topic: str, queue_counts: Mapping[str, int], default: int | None) -> int:
@@ -193,15 +192,7 @@ def stats_of_partition(
     )
 
 
-class StatsRow(NamedTuple):
-    """One count of ``stats_of_partition``, as the driver's plan reads it."""
-
-    partition: int
-    kind: str
-    topic: str | None
-    queue_id: int | None
-    bucket: int | None
-    value: int
+StatsRow = STATS.record_type("StatsRow", "One count of ``stats_of_partition``, as the driver's plan reads it.")
 
 
 def stats_rows(batch: pa.RecordBatch) -> list[StatsRow]:

@@ -84,7 +84,7 @@ from rmqlake.ingest.scratch import (
     read_ordered,
 )
 from rmqlake.lake.storage import Storage
-from rmqlake.lake.tables import REJECTED
+from rmqlake.lake.tables import REJECTED, columns
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,12 @@ def use_task_memory_pool() -> None:
 _POOL_SET = False
 
 
-PARSED_COUNTS_DDL = "split int, lines bigint, rejected bigint"
+# What a parse task returns: one row per split.
+PARSED_COUNTS = columns(
+    ("split", "int", "the split parsed"),
+    ("lines", "bigint", "lines read"),
+    ("rejected", "bigint", "lines rejected"),
+)
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,7 @@ class SplitTask:
 
 
 def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget) -> pa.RecordBatch:
-    """Parse one split into its three files; return its counts (one ``PARSED_COUNTS_DDL`` row).
+    """Parse one split into its three files; return its counts (one ``PARSED_COUNTS`` row).
 
     * scratch: the messages (``SCRATCH_COLUMNS``), for the write step;
     * narrow: one ``NARROW_SCHEMA`` row per message, for ordering and placing;
@@ -185,7 +190,7 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
             "lines": [first_line - task.first_line],
             "rejected": [sum(piece.num_rows for piece in rejected)],
         },
-        schema=pa.schema([("split", pa.int32()), ("lines", pa.int64()), ("rejected", pa.int64())]),
+        schema=PARSED_COUNTS.arrow_schema,
     )
 
 
@@ -318,16 +323,15 @@ def order_partition(
     )
 
 
-_WRITTEN_SCHEMA = pa.schema(
-    [
-        ("segment", pa.string()),
-        ("message_count", pa.int64()),
-        ("first_offset", pa.int64()),
-        ("data_end", pa.int64()),
-        ("first_store_timestamp", pa.int64()),
-        ("last_store_timestamp", pa.int64()),
-        ("file", pa.string()),
-    ]
+# What a write task returns: one row per commitlog file written, for the segment aggregates.
+WRITTEN = columns(
+    ("segment", "string", "the CommitLog file the rows belong to"),
+    ("message_count", "bigint", "records in the file written"),
+    ("first_offset", "bigint", "physical offset of its first record"),
+    ("data_end", "bigint", "end of its last record"),
+    ("first_store_timestamp", "bigint", "storeTimestamp of its first record"),
+    ("last_store_timestamp", "bigint", "storeTimestamp of its last record"),
+    ("file", "string", "the Parquet file written, relative to the commitlog's staging folder"),
 )
 
 
@@ -354,7 +358,7 @@ def write_partition(
     """Place one partition's narrow rows, fetch their messages and write them as commitlog files.
 
     One file per segment the partition touches, rows in offset order, row
-    groups of about ``row_group_bytes``. Yields one ``_WRITTEN_SCHEMA`` row per
+    groups of about ``row_group_bytes``. Yields one ``WRITTEN`` row per
     file for the segment aggregates.
     """
     use_task_memory_pool()
@@ -405,7 +409,7 @@ def write_partition(
                     "file": relative,
                 }
             ],
-            schema=_WRITTEN_SCHEMA,
+            schema=WRITTEN.arrow_schema,
         )
 
 
@@ -509,7 +513,7 @@ def parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target
 
     per_file: dict[str, dict] = {}
     with_messages = []
-    for row in frame.mapInArrow(parse, PARSED_COUNTS_DDL).collect():
+    for row in frame.mapInArrow(parse, PARSED_COUNTS.ddl).collect():
         totals = per_file.setdefault(by_index[row["split"]].path, {"lines": 0, "rejected": 0})
         totals["lines"] += row["lines"]
         totals["rejected"] += row["rejected"]

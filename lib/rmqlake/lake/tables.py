@@ -1,26 +1,97 @@
-"""Table definitions: name, schema and partition columns of every lake table.
+"""Table definitions: name, columns and partition columns of every lake table.
 
-Schemas are Spark DDL so they read like the contract; ``arrow_schema``
-derives the Arrow/Delta schema used when a table is created. Columns
-beyond the contract are marked ``extra``.
+Each column is declared once, with its Spark SQL type and a one-line comment; a ``Schema`` (an ordered
+set of columns, a table's or an intermediate frame's) yields the Spark DDL, the Arrow schema, the
+comments and a Python record type from them. Columns beyond what a broker stores are marked ``extra``
+in the table descriptions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import pyarrow as pa
 
-MESSAGE_COLUMNS = """
-    physical_offset bigint, total_size int, magic int, body_crc int, queue_id int, flag int,
-    queue_offset bigint, sys_flag int, born_timestamp bigint, born_host string,
-    store_timestamp bigint, store_host string, reconsume_times int,
-    prepared_transaction_offset bigint, body binary, topic string,
-    properties map<string,string>, keys array<string>, tags string, uniq_key string,
-    msg_id string, batch_id string, source_file string, source_line bigint,
-    properties_bytes binary
-"""
+
+@dataclass(frozen=True)
+class Column:
+    """One column: name, Spark SQL type, and what it holds (in RocketMQ terms where it applies)."""
+
+    name: str
+    type: str
+    comment: str
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return _arrow_type(self.type)
+
+    @property
+    def python_type(self) -> type:
+        return _python_type(self.type)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Columns in order: a table's, or a frame's between tasks."""
+
+    columns: tuple[Column, ...]
+
+    def __post_init__(self):
+        names = [column.name for column in self.columns]
+        if len(set(names)) != len(names):
+            raise ValueError(f"repeated column in {names}")
+
+    @property
+    def names(self) -> list[str]:
+        return [column.name for column in self.columns]
+
+    @property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """(column, Spark type) pairs in order."""
+        return tuple((column.name, column.type) for column in self.columns)
+
+    @property
+    def ddl(self) -> str:
+        """The schema as Spark DDL (``name type, ...``)."""
+        return ", ".join(f"{column.name} {column.type}" for column in self.columns)
+
+    @cached_property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(column.name, column.arrow_type) for column in self.columns])
+
+    @property
+    def comments(self) -> dict[str, str]:
+        return {column.name: column.comment for column in self.columns}
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(f"no column {name!r}; columns: {', '.join(self.names)}")
+
+    def select(self, names: Iterable[str | Column]) -> Schema:
+        """The named columns, in the order given; a ``Column`` given instead of a name is taken as it is."""
+        return Schema(tuple(self.column(name) if isinstance(name, str) else name for name in names))
+
+    def without(self, *names: str) -> Schema:
+        return Schema(tuple(column for column in self.columns if column.name not in names))
+
+    def __add__(self, other: Schema | Iterable[Column]) -> Schema:
+        return Schema(self.columns + tuple(other.columns if isinstance(other, Schema) else other))
+
+    def record_type(self, name: str, doc: str = "") -> type:
+        """A NamedTuple of these columns (a plain tuple per row: cheap to build by the million)."""
+        record = NamedTuple(name, [(column.name, column.python_type) for column in self.columns])
+        record.__doc__ = doc or record.__doc__
+        return record
+
+
+def columns(*declared: tuple[str, str, str]) -> Schema:
+    """A schema from (name, Spark type, comment) triples."""
+    return Schema(tuple(Column(*column) for column in declared))
 
 
 # Every table is created with these properties, by either engine: the plain protocol (reader 1, writer 2, no
@@ -34,30 +105,34 @@ TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false"}
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A lake table: its folder name, columns (Spark DDL) and partition columns."""
+    """A lake table: its folder name, columns and partition columns."""
 
     name: str
-    ddl: str
+    schema: Schema
     partition_by: tuple[str, ...] = ()
     description: str = ""
 
-    @cached_property
+    @property
     def fields(self) -> tuple[tuple[str, str], ...]:
         """(column, Spark type) pairs in table order."""
-        return tuple(tuple(column.split(" ", 1)) for column in _split_top_level(" ".join(self.ddl.split())))
+        return self.schema.fields
 
-    @cached_property
+    @property
     def arrow_schema(self) -> pa.Schema:
-        return pa.schema([pa.field(name, _arrow_type(spark_type)) for name, spark_type in self.fields])
+        return self.schema.arrow_schema
 
     @property
     def spark_schema(self) -> str:
         """The schema as Spark DDL (``name type, ...``)."""
-        return ", ".join(f"{name} {spark_type}" for name, spark_type in self.fields)
+        return self.schema.ddl
 
     @property
     def columns(self) -> list[str]:
-        return [name for name, _ in self.fields]
+        return self.schema.names
+
+    @property
+    def comments(self) -> dict[str, str]:
+        return self.schema.comments
 
 
 _SPARK_TO_ARROW = {
@@ -69,6 +144,16 @@ _SPARK_TO_ARROW = {
     "boolean": pa.bool_(),
     "double": pa.float64(),
     "timestamp": pa.timestamp("us", tz="UTC"),
+}
+_SPARK_TO_PYTHON = {
+    "int": int,
+    "bigint": int,
+    "smallint": int,
+    "string": str,
+    "binary": bytes,
+    "boolean": bool,
+    "double": float,
+    "timestamp": object,
 }
 
 
@@ -99,73 +184,172 @@ def _arrow_type(spark_type: str) -> pa.DataType:
     return _SPARK_TO_ARROW[spark_type]
 
 
+def _python_type(spark_type: str) -> type:
+    spark_type = spark_type.strip()
+    if spark_type.startswith("array<"):
+        return list[_python_type(spark_type[6:-1])]
+    if spark_type.startswith("map<"):
+        # a row holds a map as (key, value) pairs in their order: what Arrow builds a map column from
+        key, value = _split_top_level(spark_type[4:-1])
+        return list[tuple[_python_type(key), _python_type(value)]]
+    return _SPARK_TO_PYTHON[spark_type]
+
+
+# The columns of one stored message (commitlog and compaction_log rows), in table order.
+MESSAGE_COLUMNS = columns(
+    ("physical_offset", "bigint", "the record's start in the CommitLog: its commitLogOffset (PHYSICALOFFSET)"),
+    ("total_size", "int", "TOTALSIZE: the record's length in bytes, this field included"),
+    ("magic", "int", "MAGICCODE: the record layout version (V1, or V2 for topics longer than 127 characters)"),
+    ("body_crc", "int", "BODYCRC: the CRC32 of the body as the broker stores it"),
+    ("queue_id", "int", "QUEUEID: the queue of the topic the message was put in"),
+    ("flag", "int", "FLAG: the producer's message flag, stored as given"),
+    ("queue_offset", "bigint", "QUEUEOFFSET: position in the ConsumeQueue of (topic, queue_id)"),
+    ("sys_flag", "int", "SYSFLAG: transaction type, compression and the IPv6 host bits (MessageSysFlag)"),
+    ("born_timestamp", "bigint", "BORNTIMESTAMP: when the producer created the message, epoch milliseconds"),
+    ("born_host", "string", "BORNHOST: the producer's address, host:port"),
+    ("store_timestamp", "bigint", "STORETIMESTAMP: when the broker stored the message, epoch milliseconds"),
+    ("store_host", "string", "STOREHOST: the broker's address, host:port"),
+    ("reconsume_times", "int", "RECONSUMETIMES: how many times the message was redelivered"),
+    ("prepared_transaction_offset", "bigint", "PREPAREDTRANSACTIONOFFSET: the half message's offset, for a commit"),
+    ("body", "binary", "BODY: the message body bytes as stored"),
+    ("topic", "string", "TOPIC: the topic name"),
+    ("properties", "map<string,string>", "PROPERTIES, as name → value (TAGS, KEYS, UNIQ_KEY, ...)"),
+    ("keys", "array<string>", "the KEYS property split on spaces: what the IndexFile indexes"),
+    ("tags", "string", "the TAGS property, or null"),
+    ("uniq_key", "string", "the UNIQ_KEY property: the client's msgId"),
+    ("msg_id", "string", "the offsetMsgId: store host and physical offset, in hex"),
+    ("batch_id", "string", "extra: the ingest batch that wrote the message"),
+    ("source_file", "string", "extra: the producer log file the message came from"),
+    ("source_line", "bigint", "extra: its 1-based line number in that file"),
+    ("properties_bytes", "binary", "extra: the PROPERTIES field's bytes, exactly as stored"),
+)
+SEGMENT = Column("segment", "string", "the CommitLog file name: its start offset, 20 digits")
+
 COMMITLOG = TableSpec(
     "commitlog",
-    "segment string, " + MESSAGE_COLUMNS,
+    Schema((SEGMENT,)) + MESSAGE_COLUMNS,
     ("segment",),
     "one row per stored message; properties_bytes (extra) are the stored properties bytes",
 )
 SEGMENTS = TableSpec(
     "segments",
-    """segment string, start_offset bigint, end_offset bigint, size_bytes bigint, message_count bigint,
-    padding_bytes bigint, first_store_timestamp bigint, last_store_timestamp bigint, status string,
-    deleted_at timestamp, deleted_reason string, retained_reason string, retained_at timestamp""",
+    Schema((SEGMENT,))
+    + columns(
+        ("start_offset", "bigint", "the segment's first physical offset"),
+        ("end_offset", "bigint", "the active segment's write position, or the segment end once sealed"),
+        ("size_bytes", "bigint", "end_offset - start_offset"),
+        ("message_count", "bigint", "records written to the segment"),
+        ("padding_bytes", "bigint", "bytes after the last record of a sealed segment (8-byte BLANK_MAGIC + zeros)"),
+        ("first_store_timestamp", "bigint", "storeTimestamp of the first record, epoch milliseconds"),
+        ("last_store_timestamp", "bigint", "storeTimestamp of the last record, epoch milliseconds"),
+        ("status", "string", "active (the one being written), sealed or deleted"),
+        ("deleted_at", "timestamp", "when expiry deleted the segment"),
+        ("deleted_reason", "string", "why: expired (fileReservedTime), disk pressure, forced or manual"),
+        ("retained_reason", "string", "extra: why expiry kept the segment past its reserved time"),
+        ("retained_at", "timestamp", "extra: when expiry last kept it"),
+    ),
     (),
     "one row per commitlog segment ever opened; retained_reason (extra): why expiry kept it past its reserved time",
 )
 REJECTED = TableSpec(
     "rejected",
-    "batch_id string, source_file string, source_line bigint, raw string, reason string, rejected_at timestamp",
+    columns(
+        ("batch_id", "string", "the ingest batch that read the line"),
+        ("source_file", "string", "the producer log file"),
+        ("source_line", "bigint", "the 1-based line number"),
+        ("raw", "string", "the line as read (invalid UTF-8 replaced)"),
+        ("reason", "string", "why the line cannot become a message"),
+        ("rejected_at", "timestamp", "when the batch ran"),
+    ),
     (),
     "input lines that could not become messages",
 )
 INGEST_FILES = TableSpec(
     "ingest_files",
-    """path string, size_bytes bigint, sha256 string, batch_id string, lines bigint, messages bigint,
-    rejected bigint, ingested_at timestamp""",
+    columns(
+        ("path", "string", "the input file as given or discovered"),
+        ("size_bytes", "bigint", "its size when read"),
+        ("sha256", "string", "the SHA-256 of its content"),
+        ("batch_id", "string", "the ingest batch that read it"),
+        ("lines", "bigint", "lines read"),
+        ("messages", "bigint", "lines that became messages"),
+        ("rejected", "bigint", "lines rejected"),
+        ("ingested_at", "timestamp", "when the batch ran"),
+    ),
     (),
     "extra: every input file ingested, so a re-run of the same files changes nothing",
 )
 
 CONSUMEQUEUE = TableSpec(
     "consumequeue",
-    """topic string, queue_id int, queue_offset bigint, commitlog_offset bigint, size int, tags_code bigint,
-    store_timestamp bigint, cq_file string""",
+    columns(
+        ("topic", "string", "the topic of the queue"),
+        ("queue_id", "int", "the queue"),
+        ("queue_offset", "bigint", "the unit's position in the ConsumeQueue of (topic, queue_id)"),
+        ("commitlog_offset", "bigint", "the message's physical offset in the CommitLog (the unit's first 8 bytes)"),
+        ("size", "int", "the message's total size (the unit's next 4 bytes)"),
+        ("tags_code", "bigint", "the tags hash code, or the delivery time of a delayed message (last 8 bytes)"),
+        ("store_timestamp", "bigint", "the message's storeTimestamp, epoch milliseconds"),
+        ("cq_file", "string", "the ConsumeQueue file name: its start offset in bytes, 20 digits"),
+    ),
     ("topic", "queue_id"),
     "one 20-byte ConsumeQueue unit per dispatchable message; files sorted by queue_offset",
 )
 INDEXFILE = TableSpec(
     "indexfile",
-    """index_file string, index_no int, key_hash int, slot int, phy_offset bigint, time_diff int, prev_index int,
-    topic string, store_timestamp bigint""",
+    columns(
+        ("index_file", "string", "the IndexFile name: the creation time, yyyyMMddHHmmssSSS"),
+        ("index_no", "int", "the entry's number in the file (its indexCount when written, from 1)"),
+        ("key_hash", "int", "abs(String.hashCode) of topic#key"),
+        ("slot", "int", "the hash slot: key_hash % hashSlotNum"),
+        ("phy_offset", "bigint", "the message's physical offset in the CommitLog"),
+        ("time_diff", "int", "seconds from the file's beginTimestamp to the message's storeTimestamp"),
+        ("prev_index", "int", "the slot's previous entry (the chain a lookup walks); 0 ends it"),
+        ("topic", "string", "the message's topic"),
+        ("store_timestamp", "bigint", "extra: the message's storeTimestamp, epoch milliseconds"),
+    ),
     ("index_file",),
     "one IndexFile entry per index key; files sorted by slot so a key lookup reads few row groups "
     "(store_timestamp is extra)",
 )
 INDEXFILE_HEADER = TableSpec(
     "indexfile_header",
-    """index_file string, begin_timestamp bigint, end_timestamp bigint, begin_phy_offset bigint, end_phy_offset bigint,
-    hash_slot_count int, index_count int""",
+    columns(
+        ("index_file", "string", "the IndexFile name: the creation time, yyyyMMddHHmmssSSS"),
+        ("begin_timestamp", "bigint", "beginTimestamp: storeTimestamp of the first entry, epoch milliseconds"),
+        ("end_timestamp", "bigint", "endTimestamp: storeTimestamp of the last entry, epoch milliseconds"),
+        ("begin_phy_offset", "bigint", "beginPhyOffset: physical offset of the first entry's message"),
+        ("end_phy_offset", "bigint", "endPhyOffset: physical offset of the last entry's message"),
+        ("hash_slot_count", "int", "hashSlotCount: slots in use"),
+        ("index_count", "int", "indexCount: the next entry number (entries + 1)"),
+    ),
     (),
     "one 40-byte IndexFile header per index file",
 )
 
 COMPACTION_LOG = TableSpec(
     "compaction_log",
-    "segment string, " + MESSAGE_COLUMNS,
+    COMMITLOG.schema,
     ("topic", "queue_id"),
     "the latest message per KEYS of each COMPACTION topic queue: commitlog columns, original offsets kept",
 )
 COMPACTION_CQ = TableSpec(
     "compaction_cq",
-    CONSUMEQUEUE.ddl,
+    CONSUMEQUEUE.schema,
     ("topic", "queue_id"),
     "units of the compacted queues: original queue offsets (with gaps); cq_file is the sparse queue file "
     "(46-byte units in compactionCqMappedFileSize files)",
 )
 CONSUMER_OFFSETS = TableSpec(
     "consumer_offsets",
-    "topic string, group string, queue_id int, offset bigint, as_of timestamp, source_file string",
+    columns(
+        ("topic", "string", "the topic (the part before @ of an offsetTable key)"),
+        ("group", "string", "the consumer group (the part after @)"),
+        ("queue_id", "int", "the queue"),
+        ("offset", "bigint", "the group's committed consume offset in the queue"),
+        ("as_of", "timestamp", "when the snapshot was taken"),
+        ("source_file", "string", "extra: the consumerOffset.json snapshot read"),
+    ),
     (),
     "consumer offset snapshots (consumerOffset.json), one row per group, topic, queue and snapshot "
     "(source_file is extra)",
@@ -173,8 +357,17 @@ CONSUMER_OFFSETS = TableSpec(
 
 DQ_RESULTS = TableSpec(
     "dq_results",
-    """run_id string, suite string, table_name string, expectation string, success boolean, observed string,
-    severity string, table_version bigint, checked_at timestamp""",
+    columns(
+        ("run_id", "string", "the quality run"),
+        ("suite", "string", "the suite the expectation belongs to"),
+        ("table_name", "string", "the table checked"),
+        ("expectation", "string", "what was expected (its description, else its type)"),
+        ("success", "boolean", "whether it held"),
+        ("observed", "string", "the GX result (counts, unexpected values) as JSON"),
+        ("severity", "string", "how a failure counts: critical or warning"),
+        ("table_version", "bigint", "the Delta version of the table checked"),
+        ("checked_at", "timestamp", "when the run checked it"),
+    ),
     (),
     "one row per expectation per quality run; observed: the GX result (counts, unexpected values) as JSON",
 )

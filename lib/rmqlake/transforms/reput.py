@@ -25,6 +25,7 @@ from rmqlake.formats.indexfile import capacity, indexed, next_file_name
 from rmqlake.formats.javahash import INT_MAX, index_key_hashes, java_string_hashes
 from rmqlake.formats.properties import KEY_SEPARATOR
 from rmqlake.formats.record import consumes_queue_offsets
+from rmqlake.lake.tables import CONSUMEQUEUE, columns
 
 DISPATCH_COLUMNS = [
     "physical_offset",
@@ -52,20 +53,8 @@ def dispatch_requests(commitlog):
     )
 
 
-CQ_DDL = """topic string, queue_id int, queue_offset bigint, commitlog_offset bigint, size int, tags_code bigint,
-    store_timestamp bigint, cq_file string"""
-_CQ_SCHEMA = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("queue_id", pa.int32()),
-        ("queue_offset", pa.int64()),
-        ("commitlog_offset", pa.int64()),
-        ("size", pa.int32()),
-        ("tags_code", pa.int64()),
-        ("store_timestamp", pa.int64()),
-        ("cq_file", pa.string()),
-    ]
-)
+# The units a dispatch computes are the consumequeue table's rows.
+_CQ_SCHEMA = CONSUMEQUEUE.arrow_schema
 
 
 def cq_units_of_batch(batch: pa.RecordBatch, *, units_per_file: int) -> pa.RecordBatch:
@@ -114,20 +103,19 @@ def consume_queue_units(messages, *, units_per_file: int):
         for batch in batches:
             yield cq_units_of_batch(batch, units_per_file=units_per_file)
 
-    return messages.select(*DISPATCH_COLUMNS).mapInArrow(units, CQ_DDL)
+    return messages.select(*DISPATCH_COLUMNS).mapInArrow(units, CONSUMEQUEUE.spark_schema)
 
 
-KEYS_DDL = "physical_offset bigint, key_pos int, store_timestamp bigint, topic string, key_hash int, slot int"
-_KEYS_SCHEMA = pa.schema(
-    [
-        ("physical_offset", pa.int64()),
-        ("key_pos", pa.int32()),
-        ("store_timestamp", pa.int64()),
-        ("topic", pa.string()),
-        ("key_hash", pa.int32()),
-        ("slot", pa.int32()),
-    ]
+# One index key of a message, before the keys are grouped into IndexFiles.
+INDEX_KEYS = columns(
+    ("physical_offset", "bigint", "the message's physical offset in the CommitLog"),
+    ("key_pos", "int", "the key's position among the message's index keys (UNIQ_KEY, then KEYS)"),
+    ("store_timestamp", "bigint", "the message's storeTimestamp, epoch milliseconds"),
+    ("topic", "string", "the message's topic"),
+    ("key_hash", "int", "abs(String.hashCode) of topic#key"),
+    ("slot", "int", "the hash slot: key_hash % hashSlotNum"),
 )
+_KEYS_SCHEMA = INDEX_KEYS.arrow_schema
 
 
 def index_keys_of_batch(batch: pa.RecordBatch, *, slots: int) -> pa.RecordBatch:
@@ -180,7 +168,7 @@ def index_keys(messages, *, slots: int):
         for batch in batches:
             yield index_keys_of_batch(batch, slots=slots)
 
-    return messages.select(*DISPATCH_COLUMNS).mapInArrow(keys, KEYS_DDL)
+    return messages.select(*DISPATCH_COLUMNS).mapInArrow(keys, INDEX_KEYS.ddl)
 
 
 def order_keys(keys, *, partitions: int):

@@ -44,7 +44,7 @@ from rmqlake.formats.record import (
     encode_record,
     record_error,
 )
-from rmqlake.lake.tables import COMMITLOG, MESSAGE_COLUMNS, TableSpec
+from rmqlake.lake.tables import COMMITLOG, TableSpec, columns
 
 # the stored columns a record's bytes come from (the rest are derived from them or are provenance)
 RECORD_COLUMNS = [
@@ -332,7 +332,12 @@ def write_compaction_queue(task: dict) -> dict:
 
 # one row per record read: the commitlog's columns, or the end-of-file blank / a corrupt record (flags)
 IMPORTED = TableSpec(
-    "imported_records", "segment string, " + MESSAGE_COLUMNS + ", blank_end boolean, corrupt_reason string"
+    "imported_records",
+    COMMITLOG.schema
+    + columns(
+        ("blank_end", "boolean", "the row is the 8-byte end-of-file blank, not a message"),
+        ("corrupt_reason", "string", "why the bytes here are not a valid record, or null"),
+    ),
 )
 IMPORTED_SCHEMA = IMPORTED.arrow_schema
 
