@@ -22,8 +22,6 @@ PARSED_SCHEMA = pa.schema(
         *MESSAGE_FIELDS,
     ]
 )
-_MESSAGE_NAMES = [name for name, _ in MESSAGE_FIELDS]
-
 
 _NO_MESSAGE = (None,) * len(MESSAGE_FIELDS)
 
