@@ -27,7 +27,7 @@ from rmqlake.formats.record import (
     record_size,
 )
 from rmqlake.formats.retention import DISK_PRESSURE, EXPIRED, FORCED, HOUR_MS, MANUAL
-from rmqlake.lake.tables import COMMITLOG
+from rmqlake.lake.tables import COMMITLOG, Schema, columns
 from rmqlake.transforms.columns import dispatchable
 from rmqlake.transforms.compaction import compaction_key
 from rmqlake.transforms.segments import DELETED
@@ -35,21 +35,30 @@ from rmqlake.transforms.segments import DELETED
 # stored columns the checks compare with, carried through the one Python pass (no self-join on the offset)
 CHECKED = ("segment", "physical_offset", "total_size", "magic", "body_crc", "msg_id", "topic", "queue_id")
 CHECKED += ("queue_offset", "sys_flag", "store_timestamp")
-RECOMPUTED = "expected_size int, expected_crc int, expected_msg_id string, dispatchable boolean"
+RECOMPUTED = columns(
+    ("expected_size", "int", "the record's size by the broker's formula (null: not a message magic)"),
+    ("expected_crc", "int", "the CRC32 of the stored body"),
+    ("expected_msg_id", "string", "the offsetMsgId of the store host and physical offset (null: bad host)"),
+    ("dispatchable", "boolean", "whether the message takes a queue offset (not a prepared or rollback half)"),
+)
 FACTS = ("physical_offset", "total_size", "topic", "queue_id", "queue_offset")
-EXPECTED = "expected_tags_code bigint, key_hashes array<int>"
+EXPECTED = columns(
+    ("expected_tags_code", "bigint", "the tags code the dispatch rules give (null: a DELAY the broker refuses)"),
+    ("key_hashes", "array<int>", "the IndexFile hash of each of the message's index keys, in key order"),
+)
 
 
-def _ddl(columns: tuple[str, ...], extra: str) -> str:
-    """The commitlog's types of ``columns`` (table order), then ``extra``."""
-    return ", ".join([f"{name} {kind}" for name, kind in COMMITLOG.fields if name in columns] + [extra])
+def _frame(carried: tuple[str, ...], computed: Schema) -> Schema:
+    """The commitlog's ``carried`` columns (table order), then ``computed``."""
+    return COMMITLOG.schema.select(name for name in COMMITLOG.columns if name in carried) + computed
 
 
-def _carry(batch: pa.RecordBatch, columns: tuple[str, ...], computed: dict[str, pa.Array]) -> pa.RecordBatch:
-    names = [name for name, _ in COMMITLOG.fields if name in columns]
-    return pa.RecordBatch.from_arrays(
-        [batch.column(name) for name in names] + list(computed.values()), names=names + list(computed)
-    )
+def _carry(
+    batch: pa.RecordBatch, carried: tuple[str, ...], computed: Schema, values: dict[str, list]
+) -> pa.RecordBatch:
+    names = [name for name in COMMITLOG.columns if name in carried]
+    arrays = [pa.array(values[column.name], column.arrow_type) for column in computed.columns]
+    return pa.RecordBatch.from_arrays([batch.column(name) for name in names] + arrays, names=names + computed.names)
 
 
 def _recompute(batches):
@@ -90,12 +99,8 @@ def _recompute(batches):
         yield _carry(
             batch,
             CHECKED,
-            {
-                "expected_size": pa.array(sizes, pa.int32()),
-                "expected_crc": pa.array(crcs, pa.int32()),
-                "expected_msg_id": pa.array(msg_ids, pa.string()),
-                "dispatchable": pa.array(dispatchable, pa.bool_()),
-            },
+            RECOMPUTED,
+            {"expected_size": sizes, "expected_crc": crcs, "expected_msg_id": msg_ids, "dispatchable": dispatchable},
         )
 
 
@@ -116,7 +121,7 @@ def commitlog_frame(commitlog: DataFrame, segments: DataFrame) -> DataFrame:
     * ``queue_slot``: ``topic/queue/offset`` of dispatchable messages, unique.
     """
     inputs = ("body", "properties_bytes", "store_host")
-    rows = commitlog.select(*sorted(set(CHECKED) | set(inputs))).mapInArrow(_recompute, _ddl(CHECKED, RECOMPUTED))
+    rows = commitlog.select(*sorted(set(CHECKED) | set(inputs))).mapInArrow(_recompute, _frame(CHECKED, RECOMPUTED).ddl)
     in_segment = Window.partitionBy("segment").orderBy("physical_offset")
     previous_end = F.lag(F.col("physical_offset") + F.col("total_size")).over(in_segment)
     is_last = F.lead("physical_offset").over(in_segment).isNull()
@@ -208,14 +213,7 @@ def _message_facts(batches):
             except ValueError:  # a DELAY the broker cannot parse: the unit cannot be right
                 codes.append(None)
             hashes.append([index_key_hash(key) for key in message_index_keys(topic, uniq, keys)])
-        yield _carry(
-            batch,
-            FACTS,
-            {
-                "expected_tags_code": pa.array(codes, pa.int64()),
-                "key_hashes": pa.array(hashes, pa.list_(pa.int32())),
-            },
-        )
+        yield _carry(batch, FACTS, EXPECTED, {"expected_tags_code": codes, "key_hashes": hashes})
 
 
 def message_facts(commitlog: DataFrame) -> DataFrame:
@@ -228,7 +226,7 @@ def message_facts(commitlog: DataFrame) -> DataFrame:
         "store_timestamp",
         "uniq_key",
         F.element_at("properties", F.lit("KEYS")).alias("keys_property"),
-    ).mapInArrow(_message_facts, _ddl(FACTS, EXPECTED))
+    ).mapInArrow(_message_facts, _frame(FACTS, EXPECTED).ddl)
 
 
 def consumequeue_frame(consumequeue: DataFrame, commitlog: DataFrame, min_offsets: DataFrame) -> DataFrame:
