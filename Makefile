@@ -77,12 +77,17 @@ bench: $(STAMP) $(JARS_STAMP) ## benchmarks: figures and ratios against baseline
 	$(BIN)/python bench/driver_memory_bench.py
 	$(BIN)/python bench/engine_bench.py
 
-package: $(STAMP) ## dist/rmqlake.zip (for spark-submit --py-files) and a wheel
-	rm -rf dist && mkdir -p dist
-	$(BIN)/python -c "import pathlib, zipfile; z = zipfile.ZipFile('dist/rmqlake.zip', 'w', zipfile.ZIP_DEFLATED); \
-	  [z.write(p, p.relative_to('lib')) for p in sorted(pathlib.Path('lib/rmqlake').rglob('*.py'))]; z.close()"
-	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w dist .
-	@ls -l dist
+DIST ?= dist
+# The zip holds rmqlake's modules only (pure Python, importable from a zip); its dependencies, compiled ones
+# among them (msgspec, pyarrow, numpy), are the wheel's: installed on every node, or shipped as a packed env.
+package: $(STAMP) ## dist/rmqlake.zip (for spark-submit --py-files) and the wheel (its dependencies: for the nodes)
+	rm -rf $(DIST) build && mkdir -p $(DIST)
+	$(BIN)/python -c "import pathlib, sys, zipfile; z = zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED); \
+	  [z.write(p, p.relative_to('lib')) for p in sorted(pathlib.Path('lib/rmqlake').rglob('*.py'))]; z.close()" \
+	  $(DIST)/rmqlake.zip
+	$(BIN)/pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
+	rm -rf build
+	@ls -l $(DIST)
 
 AIRFLOW_HOME_DIR := $(CURDIR)/.airflow-home
 airflow: $(STAMP) ## a local Airflow (standalone, sqlite in .airflow-home) with the rmqlake DAGs; UI on :8080

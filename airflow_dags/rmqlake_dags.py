@@ -2,53 +2,99 @@
 
 Each task submits ``jobs/<job>.py`` with the spec's arguments, rendered by
 Airflow from the run's data interval, so backfills and re-runs of a past
-interval pass what the original run passed. Configure with environment
-variables of the scheduler and workers:
+interval pass what the original run passed.
 
-* ``RMQLAKE_HOME``: the rmqlake checkout (default: this file's parent folder);
-* ``RMQLAKE_PIPELINES``: the spec folder (default ``$RMQLAKE_HOME/pipelines``);
-* ``RMQLAKE_RUNNER``: ``spark-submit-operator`` (default: SparkSubmitOperator of
-  apache-airflow-providers-apache-spark, through the connection
-  ``RMQLAKE_SPARK_CONN``, default ``spark_rmqlake``) or ``local`` (a
-  BashOperator running ``spark-submit --master local[2]`` on the worker);
+Parsing this file has no side effects and depends on nothing but the files:
+the ``rmqlake`` package is installed in Airflow's environment, and the specs
+are the ``pipelines`` folder next to this file's folder. How a job is
+submitted is read from the worker's environment when the task runs:
+
+* ``RMQLAKE_RUNNER``: ``spark-submit-operator`` (default: ``spark-submit``
+  through the Spark connection ``RMQLAKE_SPARK_CONN``, default
+  ``spark_rmqlake``, as SparkSubmitOperator of
+  apache-airflow-providers-apache-spark does) or ``local``
+  (``spark-submit --master local[2]`` on the worker);
+* ``RMQLAKE_HOME``: the rmqlake checkout holding ``jobs/`` and
+  ``dist/rmqlake.zip`` (default: this file's parent folder);
 * ``RMQLAKE_CONF``, ``RMQLAKE_ENV``, ``RMQLAKE_LAKE``: passed to every job.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from datetime import timedelta
 from pathlib import Path
 
-HOME = Path(os.environ.get("RMQLAKE_HOME", Path(__file__).resolve().parents[1]))
-if str(HOME / "lib") not in sys.path:  # a checkout without the package installed
-    sys.path.insert(0, str(HOME / "lib"))
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG
+from airflow.timetables.interval import CronDataIntervalTimetable
 
-from airflow.sdk import DAG  # noqa: E402
-from airflow.timetables.interval import CronDataIntervalTimetable  # noqa: E402
+from rmqlake.pipelines import PipelineSpec, TaskSpec, job_arguments, load_pipelines
 
-from rmqlake.pipelines import PipelineSpec, TaskSpec, job_arguments, load_pipelines  # noqa: E402
-
-PIPELINES = Path(os.environ.get("RMQLAKE_PIPELINES", HOME / "pipelines"))
-RUNNER = os.environ.get("RMQLAKE_RUNNER", "spark-submit-operator")
-SPARK_CONN = os.environ.get("RMQLAKE_SPARK_CONN", "spark_rmqlake")
+CHECKOUT = Path(__file__).resolve().parents[1]
+PIPELINES = CHECKOUT / "pipelines"
 RUNNERS = ("spark-submit-operator", "local")
+DEFAULT_RUNNER = "spark-submit-operator"
+DEFAULT_SPARK_CONN = "spark_rmqlake"
+JOB_ENVIRONMENT = ("RMQLAKE_CONF", "RMQLAKE_ENV", "RMQLAKE_LAKE", "JAVA_HOME", "SPARK_CONF_DIR", "PYSPARK_PYTHON")
 
 
 def job_environment() -> dict[str, str]:
-    """What every job gets: where the conf and the lake are, and the Python that runs it."""
-    names = ("RMQLAKE_CONF", "RMQLAKE_ENV", "RMQLAKE_LAKE", "JAVA_HOME", "SPARK_CONF_DIR", "PYSPARK_PYTHON")
-    environment = {name: os.environ[name] for name in names if os.environ.get(name)}
+    """What every job gets: where the conf and the lake are, and the Python that runs it (read on the worker)."""
+    environment = {name: os.environ[name] for name in JOB_ENVIRONMENT if os.environ.get(name)}
     environment.setdefault("PYSPARK_PYTHON", sys.executable)
     return environment
 
 
+class RmqlakeJobOperator(SparkSubmitOperator):
+    """``spark-submit jobs/<job>.py`` with the spec's arguments; the runner, the checkout, the Spark connection
+    and the job's environment are the worker's, read when the task runs (never while the DAG file is parsed)."""
+
+    def __init__(self, *, job: str, **kwargs) -> None:
+        super().__init__(application=f"jobs/{job}.py", conn_id=DEFAULT_SPARK_CONN, **kwargs)
+        self.job = job
+
+    def execute(self, context) -> None:
+        runner = os.environ.get("RMQLAKE_RUNNER", DEFAULT_RUNNER)
+        if runner not in RUNNERS:
+            raise ValueError(f"RMQLAKE_RUNNER={runner!r}; allowed: {', '.join(RUNNERS)}")
+        home = Path(os.environ.get("RMQLAKE_HOME", CHECKOUT))
+        self.application = str(home / "jobs" / f"{self.job}.py")
+        self.env_vars = job_environment()
+        if runner == "local":
+            self.run_locally(home)
+            return
+        package = home / "dist" / "rmqlake.zip"
+        self.py_files = str(package) if package.exists() else None
+        self._conn_id = os.environ.get("RMQLAKE_SPARK_CONN", DEFAULT_SPARK_CONN)
+        self._hook = None  # built from the connection chosen above
+        super().execute(context)
+
+    def local_command(self) -> list[str]:
+        """``spark-submit --master local[2]`` of this virtualenv, the job and its rendered arguments."""
+        spark_submit = str(Path(sys.executable).parent / "spark-submit")
+        return [spark_submit, "--master", "local[2]", self.application, *self.application_args]
+
+    def run_locally(self, home: Path) -> None:
+        from airflow.providers.standard.hooks.subprocess import SubprocessHook
+
+        self._subprocess = SubprocessHook()
+        result = self._subprocess.run_command(
+            command=self.local_command(), env={**os.environ, **self.env_vars}, cwd=str(home)
+        )
+        if result.exit_code != 0:
+            raise RuntimeError(f"spark-submit of {self.application} exited with {result.exit_code}")
+
+    def on_kill(self) -> None:
+        if getattr(self, "_subprocess", None) is not None:
+            self._subprocess.send_sigterm()
+        else:
+            super().on_kill()
+
+
 def build_dag(spec: PipelineSpec) -> DAG:
     """The DAG of one spec: its schedule as a cron data-interval timetable, its tasks and their edges."""
-    if RUNNER not in RUNNERS:
-        raise ValueError(f"RMQLAKE_RUNNER={RUNNER!r}; allowed: {', '.join(RUNNERS)}")
     schedule = CronDataIntervalTimetable(spec.cron, timezone="UTC") if spec.cron else "@once"
     with DAG(
         dag_id=spec.name,
@@ -68,38 +114,23 @@ def build_dag(spec: PipelineSpec) -> DAG:
     return dag
 
 
-def _operator(name: str, task: TaskSpec, spec: PipelineSpec):
-    common = {
+def build_dags(folder: Path) -> dict[str, DAG]:
+    """One DAG per spec in ``folder``, by DAG id."""
+    return {spec.name: build_dag(spec) for spec in load_pipelines(folder).values()}
+
+
+def _operator(name: str, task: TaskSpec, spec: PipelineSpec) -> RmqlakeJobOperator:
+    options = {
         "task_id": name,
         "retries": task.retries,
         "retry_delay": timedelta(minutes=task.retry_delay_minutes),
         "execution_timeout": timedelta(minutes=task.timeout_minutes),
     }
     if spec.pool:
-        common["pool"] = spec.pool
-    application = str(HOME / "jobs" / f"{task.job}.py")
-    arguments = job_arguments(task)
-    package = HOME / "dist" / "rmqlake.zip"
-    if RUNNER == "local":
-        from airflow.providers.standard.operators.bash import BashOperator
-
-        spark_submit = shlex.quote(str(Path(sys.executable).parent / "spark-submit"))
-        # arguments are Jinja templates rendered before bash reads them: quote the rendered values, not the templates
-        rendered = [f'"{argument}"' if '"' not in argument else argument for argument in arguments]
-        command = " ".join([spark_submit, "--master", "'local[2]'", shlex.quote(application), *rendered])
-        return BashOperator(bash_command=command, env=job_environment(), append_env=True, cwd=str(HOME), **common)
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-
-    return SparkSubmitOperator(
-        application=application,
-        application_args=arguments,
-        conn_id=SPARK_CONN,
-        py_files=str(package) if package.exists() else None,
-        name=f"rmqlake-{spec.name}-{name}",
-        env_vars=job_environment(),
-        **common,
+        options["pool"] = spec.pool
+    return RmqlakeJobOperator(
+        job=task.job, application_args=job_arguments(task), name=f"rmqlake-{spec.name}-{name}", **options
     )
 
 
-for _spec in load_pipelines(PIPELINES).values():
-    globals()[_spec.name] = build_dag(_spec)
+globals().update(build_dags(PIPELINES))

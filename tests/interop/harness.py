@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.record import encode_record
-from rmqlake.transforms.store_files import record_from_row
+from rmqlake.store.rows import record_from_row
 
 REPO = Path(__file__).resolve().parents[2]
 JARS = REPO / ".jars"

@@ -7,9 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from rmqlake import store
 from rmqlake.formats.indexfile import index_file_size
 from rmqlake.formats.store import Checkpoint
-from rmqlake.transforms import store_files
 from tests.vectors import section
 
 BLANK = section("commitlog_blank_record")
@@ -26,15 +26,15 @@ def test_a_broker_segment_read_and_written_back_is_the_same_bytes(case, tmp_path
 
     (row,) = [
         r
-        for batch in store_files.read_segment_file(str(tmp_path / "in" / segment), start_offset=start)
+        for batch in store.read_segment_file(str(tmp_path / "in" / segment), start_offset=start)
         for r in batch.to_pylist()
         if not r["blank_end"]
     ]
     assert row["corrupt_reason"] is None and row["msg_id"] == case["expected"]["offsetMsgId"]
     assert row["properties_bytes"].hex() == case["expected"]["propertiesString_hex"]
     assert row["queue_offset"] == case["expected"]["storedQueueOffset"]
-    pq.write_table(pa.Table.from_pylist([row], schema=store_files.IMPORTED_SCHEMA), tmp_path / "rows.parquet")
-    result = store_files.write_segment(
+    pq.write_table(pa.Table.from_pylist([row], schema=store.IMPORTED_SCHEMA), tmp_path / "rows.parquet")
+    result = store.write_segment(
         {
             "segment": segment,
             "start_offset": start,
@@ -58,7 +58,7 @@ def test_corrupt_records_are_reported_with_file_and_offset_and_the_walk_goes_on(
     broken = bytearray(first)
     broken[8] ^= 0x01  # BODYCRC
     path.write_bytes(bytes(broken) + second + bytes(64))
-    rows = [r for b in store_files.read_segment_file(str(path), start_offset=0) for r in b.to_pylist()]
+    rows = [r for b in store.read_segment_file(str(path), start_offset=0) for r in b.to_pylist()]
     end = len(first) + len(second)
     assert [r["corrupt_reason"] for r in rows] == [
         f"{path} at offset 0 (bytes 0-{len(first)}, {len(first)} bytes): body CRC mismatch: "
@@ -68,7 +68,7 @@ def test_corrupt_records_are_reported_with_file_and_offset_and_the_walk_goes_on(
     ]
     garbage = tmp_path / "00000000000000001024"
     garbage.write_bytes(b"\x00\x00\x00\x30\x12\x34\x56\x78" + bytes(100))  # unknown magic: the size is not trusted
-    (only,) = [r for b in store_files.read_segment_file(str(garbage), start_offset=1024) for r in b.to_pylist()]
+    (only,) = [r for b in store.read_segment_file(str(garbage), start_offset=1024) for r in b.to_pylist()]
     assert "unknown magic code 0x12345678" in only["corrupt_reason"]
 
 
@@ -86,7 +86,7 @@ def test_consume_queue_and_index_files_hold_the_vector_bytes(tmp_path):
         ),
         tmp_path / "cq.parquet",
     )
-    store_files.write_cq_file(
+    store.write_cq_file(
         {
             "topic": "TopicTest",
             "queue_id": 0,
@@ -120,7 +120,7 @@ def test_consume_queue_and_index_files_hold_the_vector_bytes(tmp_path):
         ),
         tmp_path / "index.parquet",
     )
-    store_files.write_index_file(
+    store.write_index_file(
         {
             "index_file": "20231114221320000",
             "header": {
@@ -184,10 +184,10 @@ def test_store_files_are_never_written_outside_the_store(topic, queue, cq_file, 
     task = {"topic": topic, "queue_id": queue, "cq_file": cq_file, "file_size": 16 * 20, "first_in_queue": True,
             "files": [str(tmp_path / "cq.parquet")], "out": str(out)}  # fmt: skip
     with pytest.raises(ValueError, match="refusing to write outside"):
-        store_files.write_cq_file(task)
+        store.write_cq_file(task)
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["cq.parquet"]
     with pytest.raises(ValueError, match="refusing to write outside"):
-        store_files.write_segment({"segment": "..", "start_offset": 0, "data_end": 0, "sealed": False,
+        store.write_segment({"segment": "..", "start_offset": 0, "data_end": 0, "sealed": False,
                                    "file_size": 64, "files": [], "out": str(out)})  # fmt: skip
 
 
@@ -199,7 +199,7 @@ def _vector_rows(tmp_path, names: list[str]) -> list[dict]:
         path = tmp_path / "walk" / f"{start:020d}"
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(bytes.fromhex(case["expected"]["record_hex"]) + bytes(64))
-        (row,) = [r for b in store_files.read_segment_file(str(path), start_offset=start) for r in b.to_pylist()]
+        (row,) = [r for b in store.read_segment_file(str(path), start_offset=start) for r in b.to_pylist()]
         rows.append({**row, "hex": case["expected"]["record_hex"]})
     return rows
 
@@ -212,7 +212,7 @@ def test_a_compacted_queue_is_written_as_the_broker_compaction_store_holds_it(ro
     stored = [{**r, "queue_offset": q} for r, q in zip(rows, offsets, strict=True)]
     pq.write_table(
         pa.Table.from_pylist([{k: v for k, v in r.items() if k != "hex"} for r in stored],
-                             schema=store_files.IMPORTED_SCHEMA),
+                             schema=store.IMPORTED_SCHEMA),
         tmp_path / "log.parquet",
     )  # fmt: skip
     tags = {12: -5, 3: 0, 7: 2_000_000_000}
@@ -227,7 +227,7 @@ def test_a_compacted_queue_is_written_as_the_broker_compaction_store_holds_it(ro
     # cq_full: a CQ file of 3 unit slots takes 2 units (the broker never fills its last slot but with the end
     # unit); log_full: the third record would leave fewer than 8 bytes in the log file
     cq_size, log_size = (46 * 3, 4096) if rollover == "cq_full" else (46 * 100, sizes[0] + sizes[1] + sizes[2] + 7)
-    result = store_files.write_compaction_queue(
+    result = store.write_compaction_queue(
         {"topic": "TopicTest", "queue_id": 1, "log_files": [str(tmp_path / "log.parquet")],
          "cq_files": [str(tmp_path / "cq.parquet")], "log_file_size": log_size, "cq_file_size": cq_size,
          "out": str(tmp_path / "out")}
@@ -269,10 +269,10 @@ def test_a_compacted_queue_is_written_as_the_broker_compaction_store_holds_it(ro
 def test_a_compacted_queue_whose_log_and_cq_rows_disagree_is_refused(tmp_path):
     rows = _vector_rows(tmp_path, ["v1_ipv4_basic"])
     pq.write_table(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "hex"} for r in rows],
-                                        schema=store_files.IMPORTED_SCHEMA), tmp_path / "log.parquet")  # fmt: skip
+                                        schema=store.IMPORTED_SCHEMA), tmp_path / "log.parquet")  # fmt: skip
     pq.write_table(pa.table({"queue_offset": [5], "tags_code": [0], "store_timestamp": [1]}), tmp_path / "cq.parquet")
     with pytest.raises(ValueError, match="not of the same queue offsets"):
-        store_files.write_compaction_queue(
+        store.write_compaction_queue(
             {"topic": "T", "queue_id": 0, "log_files": [str(tmp_path / "log.parquet")],
              "cq_files": [str(tmp_path / "cq.parquet")], "log_file_size": 4096, "cq_file_size": 460,
              "out": str(tmp_path / "out")}

@@ -12,9 +12,9 @@ import struct
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rmqlake import store
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.record import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, encode_blank, encode_record
-from rmqlake.transforms import store_files
 from tests.unit.test_store_import import record
 
 SEGMENT = 4096
@@ -108,7 +108,7 @@ def record_starts(data: bytes) -> list[int]:
 
 
 def check_walk(path, start: int, data: bytes, *, last: bool) -> list[dict]:
-    rows = [r for b in store_files.read_segment_file(str(path), start_offset=start, last=last) for r in b.to_pylist()]
+    rows = [r for b in store.read_segment_file(str(path), start_offset=start, last=last) for r in b.to_pylist()]
     position = 0
     for row in sorted(rows, key=lambda r: r["physical_offset"]):
         begin = row["physical_offset"] - start
@@ -120,7 +120,7 @@ def check_walk(path, start: int, data: bytes, *, last: bool) -> list[dict]:
         elif row["blank_end"]:
             assert begin + size == len(data)
         else:  # a message: written back, it is exactly its bytes
-            record = store_files.record_from_row(row)
+            record = store.record_from_row(row)
             assert encode_record(record) == data[begin : begin + size]
         position = begin + size
     assert position <= len(data)
@@ -142,7 +142,7 @@ def test_unmutated_segments_read_whole(tmp_path):
     for index, (start, data) in enumerate(base_files()):
         path = tmp_path / f"{start:020d}"
         path.write_bytes(data)
-        rows = [r for b in store_files.read_segment_file(str(path), start_offset=start) for r in b.to_pylist()]
+        rows = [r for b in store.read_segment_file(str(path), start_offset=start) for r in b.to_pylist()]
         assert not [r for r in rows if r["corrupt_reason"]]
         assert sum(1 for r in rows if r["blank_end"]) == (index < 2)
         check_walk(path, start, data, last=index == 2)

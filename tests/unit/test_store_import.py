@@ -6,9 +6,9 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+from rmqlake import store
 from rmqlake.formats.hosts import HostAddress, parse_host
 from rmqlake.formats.record import MAGIC_V2, Record, encode_blank, encode_record
-from rmqlake.transforms import store_files
 
 SEGMENT = 4096
 BORN = parse_host("10.0.0.7:50100")
@@ -47,7 +47,7 @@ def segment(start: int, count: int, *, sealed: bool, size: int = SEGMENT, change
 
 
 def walk(path: Path, start: int, *, last: bool = True) -> list[dict]:
-    return [r for b in store_files.read_segment_file(str(path), start_offset=start, last=last) for r in b.to_pylist()]
+    return [r for b in store.read_segment_file(str(path), start_offset=start, last=last) for r in b.to_pylist()]
 
 
 def messages(rows: list[dict]) -> list[int]:

@@ -470,9 +470,7 @@ class LakeRun:
         self.op(table, mode=mode).adds.extend(files)
         return files
 
-    def stage_arrow(
-        self, table: str, data: pa.Table, *, mode: Literal["append", "overwrite"] = "overwrite"
-    ) -> DataFile:
+    def stage_arrow(self, table: str, data: pa.Table, *, mode: Literal["append", "overwrite"] = "append") -> DataFile:
         """Write a small Arrow table (one file, unpartitioned tables only) to staging."""
         spec = table_spec(table)
         if spec.partition_by:

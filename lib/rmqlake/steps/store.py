@@ -33,6 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import functions as F
 
+from rmqlake import store as store_files
 from rmqlake.config import Settings
 from rmqlake.errors import ConfigError, InputError, LakeStateError, UsageError
 from rmqlake.formats import retention as R
@@ -48,7 +49,6 @@ from rmqlake.lake.tables import SEGMENTS
 from rmqlake.progress import Stages
 from rmqlake.steps.ingest import open_lake
 from rmqlake.timeutil import parse_timestamp, to_datetime
-from rmqlake.transforms import store_files
 from rmqlake.transforms.columns import dispatchable
 from rmqlake.transforms.segments import DELETED, segment_aggregates, update_segments
 
