@@ -119,9 +119,7 @@ def lookups(settings, rows: dict[int, dict]) -> dict:
 
 
 def _expiry(settings) -> dict:
-    state = open_lake(settings, read_only=True).state()
-    expired = state.get("expire", {})
-    mins = expired.get("queue_min_offsets", {})
+    mins = open_lake(settings, read_only=True).state().queue_min_offsets
     return {"min_phy_offset": status(settings)["store"]["min_physical_offset"], "min_offsets": mins}
 
 

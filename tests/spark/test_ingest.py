@@ -60,7 +60,7 @@ def assert_matches_reference(spark, settings, broker: RefBroker) -> None:
     assert [{k: r[k] for k in s} for r, s in zip(segments, broker.segment_rows(), strict=True)] == broker.segment_rows()
     rejected = sorted((r["source_file"], r["source_line"]) for r in lake.read_arrow("rejected").to_pylist())
     assert rejected == sorted(broker.rejected)
-    assert lake.state()["commitlog"]["next_offset"] == broker.next_offset
+    assert lake.state().next_offset == broker.next_offset
 
 
 def test_ingest_of_generated_hours_matches_the_reference_broker(spark, tmp_path, java_oracle):

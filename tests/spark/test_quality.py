@@ -48,7 +48,7 @@ def lake_settings(spark, tmp_path_factory):
     assert compact(spark, settings)["messages_kept"] > 10
     expired = expire(spark, settings, now=datetime(2026, 11, 24, 4, tzinfo=UTC))
     assert expired["segments_deleted"] == 10 and expired["index_files_deleted"] >= 1
-    assert open_lake(settings).state()["expire"]["queue_min_offsets"]
+    assert open_lake(settings).state().queue_min_offsets
     # the generator's hourly snapshots, and a group that never consumed: below the queues expiry corrected
     stuck = root / "in" / "offsets" / "consumerOffset-20261121T030000Z.json"
     stuck.write_text('{"offsetTable":{"OrderEvents@cg_stuck":{' + ",".join(f"{q}:0" for q in range(8)) + "}}}")

@@ -83,8 +83,8 @@ def test_reput_matches_the_reference_dispatcher(spark, tmp_path, java_oracle):
     assert len(ref.files) > 10 and metrics["index_files_created"] == len(ref.files)
     assert_tables_match(spark, settings, ref)
     state = open_lake(settings).state()
-    assert state["reput"]["dispatched_offset"] == broker.next_offset
-    assert state["reput"]["index_msg_timestamp"] == ref.index_msg_timestamp
+    assert state.dispatched_offset == broker.next_offset
+    assert state.reput.index_msg_timestamp == ref.index_msg_timestamp
     assert reput(spark, settings)["status"] == "up_to_date"
 
 

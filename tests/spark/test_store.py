@@ -107,9 +107,9 @@ def test_the_exported_store_is_what_the_spec_reader_expects(built):
     state = open_lake(settings).state()
     checkpoint = Checkpoint.decode((store / "checkpoint").read_bytes())
     assert (store / "checkpoint").stat().st_size == 4096
-    assert checkpoint.physic_msg_timestamp == state["commitlog"]["physic_msg_timestamp"]
-    assert checkpoint.logics_msg_timestamp == state["reput"]["logics_msg_timestamp"]
-    assert state["commitlog"]["next_offset"] == max(o + r["size"] for o, r in walk.records.items())
+    assert checkpoint.physic_msg_timestamp == state.commitlog.physic_msg_timestamp
+    assert checkpoint.logics_msg_timestamp == state.reput.logics_msg_timestamp
+    assert state.next_offset == max(o + r["size"] for o, r in walk.records.items())
     assert checkpoint.confirm_phy_offset == max(walk.records)  # recovery's lastValidMsgPhyOffset: the last start
     assert checkpoint.master_flushed_offset == 0
     topics = json.loads((store / "config" / "topics.json").read_text())["topicConfigTable"]
@@ -277,8 +277,7 @@ def test_after_expiry_the_export_is_what_the_broker_disk_holds(spark, built):
     assert min(walk.records) == minimum and sorted(p.name for p in (store / "commitlog").iterdir())[0] == (
         f"{minimum:020d}"
     )
-    state = open_lake(settings).state()["expire"]
-    min_offsets = {(k.split("\t")[0], int(k.split("\t")[1])): v for k, v in state["queue_min_offsets"].items()}
+    min_offsets = open_lake(settings).state().queue_min_offsets
     store_reader.check_consume_queues(store, walk, units_per_file=UNITS, min_offsets=min_offsets)
     for index in store_reader.index_files(store):
         store_reader.check_index_file(index, walk, slots=SLOTS, min_offset=minimum)

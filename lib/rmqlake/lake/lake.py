@@ -8,7 +8,6 @@ files of each table it changes, and calls ``run.commit(state=...)``. See
 from __future__ import annotations
 
 import bisect
-import copy
 import io
 import logging
 import os
@@ -28,6 +27,7 @@ from rmqlake.lake.actions import DataFile, parquet_stats, partition_values_from_
 from rmqlake.lake.deltars import DeltaRsEngine
 from rmqlake.lake.deltaspark import DeltaSparkEngine
 from rmqlake.lake.ledger import LEDGER_APP_ID, LedgerEntry, commit_ledger, read_ledger
+from rmqlake.lake.state import LakeState
 from rmqlake.lake.storage import Storage, normalize_root
 from rmqlake.lake.tables import TABLES, table_spec
 
@@ -292,7 +292,7 @@ class Lake:
             return self._ledger
         return read_ledger(self.root, storage_options=self.storage_options)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> LakeState:
         """The lake state of the latest committed run."""
         return self.ledger().state
 
@@ -410,8 +410,8 @@ class Lake:
 class LakeRun:
     """One job run's changes to the lake, decided by a single ledger commit.
 
-    ``state`` is a private copy of the lake state; the job updates it and
-    passes it to ``commit``.
+    ``state`` is the lake state the run started from; the job derives the new
+    state from it (``dataclasses.replace``) and passes that to ``commit``.
     """
 
     def __init__(self, lake: Lake, *, job: str, run_id: str, base: LedgerEntry, batch_id: str | None):
@@ -421,7 +421,7 @@ class LakeRun:
         self.base = base
         self.batch_id = batch_id
         self.seq = base.seq + 1
-        self.state: dict[str, Any] = copy.deepcopy(base.state)
+        self.state: LakeState = base.state
         self.ops: dict[str, TableOp] = {}
         self.committed = False
 
@@ -497,8 +497,10 @@ class LakeRun:
         """Remove whole files from ``table`` in this run's commit (nothing is rewritten)."""
         self.op(table).removes.extend(files)
 
-    def commit(self, *, state: Mapping[str, Any] | None = None) -> dict[str, int | None]:
+    def commit(self, *, state: LakeState | None = None) -> dict[str, int | None]:
         """Decide the run (ledger commit), then make it visible table by table.
+
+        ``state`` is the lake state after the run (``None``: unchanged).
 
         Returns:
             The new version of each table the run changed.
@@ -519,7 +521,7 @@ class LakeRun:
                 job=self.job,
                 run_id=self.run_id,
                 batch_id=self.batch_id,
-                state=dict(state if state is not None else self.state),
+                state=state if state is not None else self.state,
                 manifest=manifest,
                 storage_options=self.lake.storage_options,
             )

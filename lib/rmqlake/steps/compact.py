@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from pyspark.sql import functions as F
@@ -21,6 +22,7 @@ from rmqlake.errors import UsageError
 from rmqlake.formats.segment import segment_file_name, segment_start
 from rmqlake.lake import Lake, LakeRun, run_with_retries
 from rmqlake.lake.spark_io import read_table, stage_dataframe
+from rmqlake.lake.state import CompactionState, LakeState, RunRecord
 from rmqlake.lake.tables import COMMITLOG
 from rmqlake.progress import Stages
 from rmqlake.steps.ingest import open_lake
@@ -66,9 +68,9 @@ def _selected_topics(settings: Settings, topic: str | None) -> list[str]:
 def _compact(
     spark, settings: Settings, lake: Lake, run: LakeRun, *, topics: list[str], started: float, now: datetime
 ) -> dict:
-    dispatched = int(run.state.get("reput", {}).get("dispatched_offset", 0))
-    state = run.state.setdefault("compaction", {})
-    positions = {t: int(state.get("positions", {}).get(t, 0)) for t in topics}
+    dispatched = run.state.dispatched_offset
+    compaction = run.state.compaction or CompactionState()
+    positions = {t: compaction.positions.get(t, 0) for t in topics}
     minimum = lake.min_physical_offset()
     for name, position in positions.items():
         if position < minimum:  # expired before it was compacted: the broker cannot copy it either
@@ -103,10 +105,10 @@ def _compact(
             (r["topic"], r["queue_id"]) for r in new.select("topic", "queue_id").distinct().collect()
         )  # one row per queue: driver memory follows queues, not messages
         note.update(queues=len(queues))
-    for name in pending:
-        state.setdefault("positions", {})[name] = dispatched
+    compaction = CompactionState(positions={**compaction.positions, **{name: dispatched for name in pending}})
+    state = replace(run.state, compaction=compaction)
     if not queues:
-        return _commit(run, metrics, stages, started=started, now=now, dispatched=dispatched)
+        return _commit(run, state, metrics, stages, started=started, now=now, dispatched=dispatched)
 
     removed_log = _partition_files(lake, "compaction_log", queues)
     removed_cq = _partition_files(lake, "compaction_cq", queues)
@@ -137,21 +139,18 @@ def _compact(
     run.remove("compaction_cq", removed_cq)
     metrics.update(stats, queues_rewritten=len(queues))
     metrics["ratio"] = round(stats["bytes_after"] / stats["bytes_before"], 4) if stats["bytes_before"] else None
-    return _commit(run, metrics, stages, started=started, now=now, dispatched=dispatched)
+    return _commit(run, state, metrics, stages, started=started, now=now, dispatched=dispatched)
 
 
-def _commit(run: LakeRun, metrics: dict, stages: Stages, *, started: float, now: datetime, dispatched: int) -> dict:
+def _commit(
+    run: LakeRun, state: LakeState, metrics: dict, stages: Stages, *, started: float, now: datetime, dispatched: int
+) -> dict:
     for table in COMPACTED_TABLES:
         run.op(table).app_transactions[POSITION_APP_ID] = dispatched
-    run.state.setdefault("runs", {})["compact"] = {
-        "seq": run.seq,
-        "run_id": run.run_id,
-        "at": now.isoformat(),
-        **{k: v for k, v in metrics.items() if k != "from_offsets"},
-        "seconds": _since(started),
-    }
+    record = {**{k: v for k, v in metrics.items() if k != "from_offsets"}, "seconds": _since(started)}
+    state = state.with_run("compact", RunRecord(seq=run.seq, run_id=run.run_id, at=now.isoformat(), metrics=record))
     with stages("commit"):
-        versions = run.commit()
+        versions = run.commit(state=state)
     metrics.update(
         status="compacted",
         table_versions=versions,

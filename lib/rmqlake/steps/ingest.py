@@ -6,6 +6,7 @@ import hashlib
 import logging
 import math
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -22,6 +23,7 @@ from rmqlake.inputs import (
     resolve_inputs,
 )
 from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake.state import CommitlogState, LakeState, QueueId, RunRecord, TopicTotals
 from rmqlake.producer_log import ParseOptions
 from rmqlake.progress import Stages
 from rmqlake.timeutil import epoch_ms
@@ -82,13 +84,13 @@ def check_segment_size(lake: Lake, *, segment_size: int) -> None:
     Raises:
         ConfigError: naming both sizes.
     """
-    state = lake.state().get("commitlog", {})
+    commitlog = lake.state().commitlog or CommitlogState()
     rows = lake.read_arrow("segments", columns=["segment", "start_offset", "end_offset", "status"]).to_pylist()
     problem = segment_size_problem(
         rows,
         segment_size=segment_size,
-        next_offset=int(state.get("next_offset", 0)),
-        recorded=state.get("segment_size"),
+        next_offset=commitlog.next_offset,
+        recorded=commitlog.segment_size,
     )
     if problem:
         raise ConfigError(problem)
@@ -121,12 +123,11 @@ def ingest(
     return run_with_retries(lake, "ingest", work, retries=settings.lake.commit_retries, batch_id=batch_id)
 
 
-def _refuse_when_disk_full(state: dict, settings: Settings) -> None:
+def _refuse_when_disk_full(state: LakeState, settings: Settings) -> None:
     """The broker rejects puts while its DISK_FULL flag is set (RunningFlags.isWriteable); so does ingest."""
-    expire = state.get("expire", {})
-    if not expire.get("disk_full"):
+    if state.expire is None or not state.expire.disk_full:
         return
-    usage = expire.get("disk_usage")
+    usage = state.expire.disk_usage
     if settings.ingest.write_when_disk_full:
         log.warning(
             "the disk-full flag is set (usage %.2f%%); writing anyway: ingest.write_when_disk_full=true", usage * 100
@@ -187,10 +188,10 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     run.batch_id = batch_id
     options = parse_options(settings)
     store = settings.store
-    state = run.state.setdefault("commitlog", {})
-    start_offset = int(state.get("next_offset", 0))
-    heads = {(t, int(q)): n for t, queues in state.get("queue_heads", {}).items() for q, n in queues.items()}
-    rr_counters = dict(state.get("rr_counters", {}))
+    commitlog = run.state.commitlog or CommitlogState()
+    start_offset = commitlog.next_offset
+    heads = {(topic, queue): head for (topic, queue), head in commitlog.queue_heads.items()}
+    rr_counters = dict(commitlog.rr_counters)
 
     target = T.IngestTarget(
         lake_root=lake.root,
@@ -264,20 +265,21 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
         run.stage_arrow("segments", pa.Table.from_pylist(new_segments, schema=_segments_schema()), mode="overwrite")
     run.stage_arrow("ingest_files", _ingest_file_rows(new, per_file, batch_id, now), mode="append")
 
-    state["next_offset"] = plan.end_offset
-    state["segment_size"] = store.commitlog_segment_size
-    queue_heads: dict[str, dict[str, int]] = {}
-    for (topic, queue), head in sorted(plan.queue_heads.items()):
-        queue_heads.setdefault(topic, {})[str(queue)] = head
-    state["queue_heads"] = queue_heads
-    state["rr_counters"] = plan.rr_counters
-    topics = state.setdefault("topics", {})
+    topics = dict(commitlog.topics)
     for topic, (count, size) in plan.topic_totals.items():
-        totals = topics.setdefault(topic, {"messages": 0, "bytes": 0})
-        totals["messages"] += count
-        totals["bytes"] += size
+        totals = topics.get(topic, TopicTotals())
+        topics[topic] = TopicTotals(messages=totals.messages + count, bytes=totals.bytes + size)
+    commitlog = replace(
+        commitlog,
+        next_offset=plan.end_offset,
+        segment_size=store.commitlog_segment_size,
+        queue_heads={QueueId(topic, queue): head for (topic, queue), head in plan.queue_heads.items()},
+        rr_counters=dict(plan.rr_counters),
+        topics=topics,
+    )
     if batch_segments:
-        state["physic_msg_timestamp"] = max(batch_segments, key=lambda s: s["data_end"])["last_store_timestamp"]
+        last = max(batch_segments, key=lambda s: s["data_end"])
+        commitlog = replace(commitlog, physic_msg_timestamp=last["last_store_timestamp"])
     metrics = {
         "status": "ingested",
         "batch_id": batch_id,
@@ -299,14 +301,11 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
         raise AssertionError(
             f"counts do not add up: {rows_in} lines != {messages} messages + {rejected_count} rejected"
         )
-    run.state.setdefault("runs", {})["ingest"] = {
-        "seq": run.seq,
-        "run_id": run.run_id,
-        "at": now.isoformat(),
-        **metrics,
-    }
+    state = replace(run.state, commitlog=commitlog).with_run(
+        "ingest", RunRecord(seq=run.seq, run_id=run.run_id, at=now.isoformat(), metrics=dict(metrics))
+    )
     with stages("commit"):
-        versions = run.commit()
+        versions = run.commit(state=state)
     seconds = time.monotonic() - started
     metrics.update(
         table_versions=versions,

@@ -20,6 +20,7 @@ from rmqlake.config import Settings
 from rmqlake.consumer_offsets import parse_snapshot, snapshot_time
 from rmqlake.errors import InputError, UsageError
 from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake.state import LakeState
 from rmqlake.lake.tables import CONSUMER_OFFSETS
 from rmqlake.steps.ingest import open_lake
 from rmqlake.timeutil import epoch_ms, iso
@@ -163,7 +164,7 @@ def lag(settings: Settings, *, group: str | None = None) -> dict:
     return {"latest": latest, "history": history}
 
 
-def queue_bounds(lake: Lake, state: dict) -> dict[tuple[str, int], tuple[int, int]]:
+def queue_bounds(lake: Lake, state: LakeState) -> dict[tuple[str, int], tuple[int, int]]:
     """(min offset as corrected by expiry, max offset) of every queue, from file statistics."""
     bounds: dict[tuple[str, int], list[int]] = {}
     for stats in lake.file_stats("consumequeue", ["queue_offset"]):
@@ -173,8 +174,8 @@ def queue_bounds(lake: Lake, state: dict) -> dict[tuple[str, int], tuple[int, in
             continue
         current = bounds.setdefault(key, [low, high])
         current[0], current[1] = min(current[0], low), max(current[1], high)
-    corrected = state.get("expire", {}).get("queue_min_offsets", {})
-    return {key: (corrected.get(f"{key[0]}\t{key[1]}", low), high + 1) for key, (low, high) in sorted(bounds.items())}
+    corrected = state.queue_min_offsets
+    return {key: (corrected.get(key, low), high + 1) for key, (low, high) in sorted(bounds.items())}
 
 
 def max_offset_at(lake: Lake, topic: str, queue: int, moment: int) -> int:

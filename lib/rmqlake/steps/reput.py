@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql import functions as F
@@ -13,6 +14,7 @@ from rmqlake.config import Settings
 from rmqlake.formats.segment import segment_file_name, segment_start
 from rmqlake.lake import Lake, LakeRun, run_with_retries
 from rmqlake.lake.spark_io import read_table, stage_dataframe
+from rmqlake.lake.state import ReputState
 from rmqlake.lake.tables import INDEXFILE_HEADER
 from rmqlake.progress import Stages
 from rmqlake.steps.ingest import open_lake
@@ -46,9 +48,9 @@ def reput(spark, settings: Settings) -> dict:
 
 def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: float) -> dict:
     store = settings.store
-    end = int(run.state.get("commitlog", {}).get("next_offset", 0))
-    state = run.state.setdefault("reput", {})
-    dispatched = int(state.get("dispatched_offset", 0))
+    end = run.state.next_offset
+    reput_state = run.state.reput or ReputState()
+    dispatched = reput_state.dispatched_offset
     minimum = lake.min_physical_offset()
     if dispatched < minimum:  # dispatch fell behind deleted segments and jumps to the min offset
         log.warning("dispatch position %d is below the commitlog min offset %d; skipping to it", dispatched, minimum)
@@ -94,7 +96,7 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
         note.update(rows=dispatched_messages, units=summary["units"], files=len(cq_files))
     metrics.update(rows_in=dispatched_messages, cq_units=summary["units"])
     if summary["last_store_timestamp"] is not None:
-        state["logics_msg_timestamp"] = summary["last_store_timestamp"]
+        reput_state = replace(reput_state, logics_msg_timestamp=summary["last_store_timestamp"])
     run.op("consumequeue").app_transactions[DISPATCHED_APP_ID] = end
 
     if store.message_index_enable:
@@ -103,10 +105,10 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
             note.update(rows=entries, files_created=created)
         metrics.update(index_entries=entries, index_files_created=created)
         if index_ts is not None:
-            state["index_msg_timestamp"] = index_ts
-    state["dispatched_offset"] = end
+            reput_state = replace(reput_state, index_msg_timestamp=index_ts)
+    reput_state = replace(reput_state, dispatched_offset=end)
     with stages("commit"):
-        versions = run.commit()
+        versions = run.commit(state=replace(run.state, reput=reput_state))
     seconds = time.monotonic() - started
     metrics.update(
         status="dispatched",
@@ -200,7 +202,7 @@ def _build_index(spark, settings: Settings, lake: Lake, run: LakeRun, messages, 
     run.stage_arrow(
         "indexfile_header", pa.Table.from_pylist(merged, schema=INDEXFILE_HEADER.arrow_schema), mode="overwrite"
     )
-    end = int(run.state.get("commitlog", {}).get("next_offset", 0))
+    end = run.state.next_offset
     run.op("indexfile").app_transactions[DISPATCHED_APP_ID] = end
     run.op("indexfile_header", mode="overwrite").app_transactions[DISPATCHED_APP_ID] = end
     # checkpoint.indexMsgTimestamp: end time of the last full file, written when the next file is created
