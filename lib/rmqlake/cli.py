@@ -512,10 +512,10 @@ def cmd_status(args, settings) -> int:
 
 def cmd_query(args, settings) -> int:
     from rmqlake import query as Q
-    from rmqlake.steps.ingest import open_lake
+    from rmqlake.lake import Lake
     from rmqlake.timeutil import parse_timestamp
 
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     store = settings.store
     state = lake.state()
     min_offsets = state.queue_min_offsets

@@ -12,11 +12,12 @@ from rmqlake.errors import CheckFailedError, ConfigError, RefusedError
 from rmqlake.formats import retention as R
 from rmqlake.formats.consumequeue import CQ_UNIT_SIZE
 from rmqlake.formats.indexfile import index_file_size
+from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table
 from rmqlake.lake.state import QueueId
 from rmqlake.query import query_offset
 from rmqlake.steps.expire import expire
-from rmqlake.steps.ingest import ingest, open_lake
+from rmqlake.steps.ingest import ingest
 from rmqlake.steps.offsets import lag, load_offsets
 from rmqlake.steps.reput import reput
 from rmqlake.steps.status import status
@@ -59,7 +60,7 @@ def built_lake(spark, tmp_path: Path, *overrides: str):
 
 
 def snapshot(spark, settings) -> dict:
-    lake = open_lake(settings)
+    lake = Lake.from_settings(settings)
     return {
         "segments": sorted(lake.read_arrow("segments").to_pylist(), key=lambda s: s["start_offset"]),
         "units": [r.asDict() for r in read_table(spark, lake, "consumequeue").collect()],
@@ -158,7 +159,7 @@ def test_expiry_cascade_equals_the_broker_rules(spark, tmp_path):
     got = queues_of(after["units"])
     for queue, units in kept_units.items():
         assert got.get(queue, []) == units, queue  # whole CQ files go; kept files keep their dead units
-    corrected = open_lake(settings).state().queue_min_offsets
+    corrected = Lake.from_settings(settings).state().queue_min_offsets
     for queue, expected_min in min_offsets.items():
         assert corrected.get(QueueId(*queue), got[queue][0]["queue_offset"]) == expected_min
         for unit in got[queue]:
@@ -168,7 +169,7 @@ def test_expiry_cascade_equals_the_broker_rules(spark, tmp_path):
     assert [h["index_file"] for h in after["headers"]] == index and len(index) < len(before["headers"])
     for table, paths in after["files"].items():  # deletion removes whole files; nothing is rewritten
         assert paths <= before["files"][table], table
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     slow_min = min_offsets[("Clickstream", 0)]
     page = query_offset(
         lake,
@@ -201,7 +202,7 @@ def test_a_rerun_is_a_new_check_when_a_setting_or_the_data_changed_and_the_run_r
     first = expire(spark, settings, now=to_datetime(now))
     assert first["segments_deleted"] == 10 and len(first["segments_retained"]) == len(expired) - 10 > 0
     assert first["index_files_deleted"] > 0  # the index headers are rewritten in this run too
-    record = open_lake(settings).state().runs["expire"].metrics
+    record = Lake.from_settings(settings).state().runs["expire"].metrics
     assert record["segments_retained"] == len(expired) - 10  # segments kept, not index files kept
     assert record["segments_deleted"] == 10
 
@@ -219,7 +220,7 @@ def test_a_rerun_is_a_new_check_when_a_setting_or_the_data_changed_and_the_run_r
     ingest(spark, more, input_path=str(write_days(tmp_path / "in2" / "more.jsonl", messages=40, start=now)))
     third = expire(spark, pressed, now=to_datetime(now))
     assert third["status"] == "nothing_to_delete" and not third["disk"]["disk_full"]  # checked again: flag cleared
-    assert open_lake(settings).state().expire.disk_full is False
+    assert Lake.from_settings(settings).state().expire.disk_full is False
 
 
 def test_disk_pressure_forces_deletion_sets_disk_full_and_ingest_refuses(spark, tmp_path):
@@ -265,7 +266,7 @@ def test_data_loss_is_reported_and_can_refuse(spark, tmp_path):
     assert snapshot(spark, settings)["versions"] == versions
     result = expire(spark, settings, now=now)
     loss = {(r["group"], r["topic"]): r["messages"] for r in result["data_loss"]}
-    state = open_lake(settings).state().queue_min_offsets
+    state = Lake.from_settings(settings).state().queue_min_offsets
     expected_billing = sum(
         max(0, state.get(QueueId("OrderEvents", q), 0) - consumer) for q, consumer in ((0, 0), (1, 0), (2, 190))
     )
@@ -281,7 +282,11 @@ def test_vacuum_removes_expired_files_only_when_retention_allows(spark, tmp_path
     settings = built_lake(spark, tmp_path)
     expire(spark, settings, now=to_datetime(parse_timestamp("2026-11-22T04:00:00Z")))
     lake_root = tmp_path / "lake"
-    deleted = [s["segment"] for s in open_lake(settings).read_arrow("segments").to_pylist() if s["status"] == "deleted"]
+    deleted = [
+        s["segment"]
+        for s in Lake.from_settings(settings).read_arrow("segments").to_pylist()
+        if s["status"] == "deleted"
+    ]
     assert (lake_root / "commitlog" / f"segment={deleted[0]}").exists()  # removed from the log, still on disk
     kept = vacuum(settings)  # default 168 h: too recent to go
     assert kept["files_total"] == 0
@@ -294,4 +299,4 @@ def test_vacuum_removes_expired_files_only_when_retention_allows(spark, tmp_path
     done = vacuum(now_settings)
     assert done["files"]["commitlog"] > 0 and done["files"]["consumequeue"] > 0
     assert not list((lake_root / "commitlog" / f"segment={deleted[0]}").glob("*.parquet"))
-    assert read_table(spark, open_lake(settings), "commitlog").count() > 0
+    assert read_table(spark, Lake.from_settings(settings), "commitlog").count() > 0

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -30,6 +30,9 @@ from rmqlake.lake.ledger import LEDGER_APP_ID, LedgerEntry, commit_ledger, read_
 from rmqlake.lake.state import LakeState
 from rmqlake.lake.storage import Storage, normalize_root
 from rmqlake.lake.tables import TABLES, table_spec
+
+if TYPE_CHECKING:
+    from rmqlake.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,17 @@ class Lake:
         self._ledger: LedgerEntry | None = None  # read-only lakes with a half-applied run: the entry before it
         if read_only:
             self._pin_consistent_versions()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, read_only: bool = False) -> Lake:
+        """The lake of ``settings`` (``read_only``: pinned snapshots for lookups)."""
+        return cls(
+            settings.lake.root,
+            storage_options=settings.lake.storage_options,
+            engine=settings.lake.engine,
+            staging_grace_hours=settings.lake.staging_grace_hours,
+            read_only=read_only,
+        )
 
     def _pin_consistent_versions(self) -> None:
         """Readers see the lake as of the last fully applied run.
@@ -497,6 +511,11 @@ class LakeRun:
         """Remove whole files from ``table`` in this run's commit (nothing is rewritten)."""
         self.op(table).removes.extend(files)
 
+    def ensure_tables(self) -> None:
+        """Create the tables this run changes that do not exist yet (empty, at version 0)."""
+        for name in self.ops:
+            self.lake.engine.ensure_table(table_spec(name))
+
     def commit(self, *, state: LakeState | None = None) -> dict[str, int | None]:
         """Decide the run (ledger commit), then make it visible table by table.
 
@@ -510,8 +529,7 @@ class LakeRun:
                 run is visible and its staged files are removed.
         """
         manifest = [op.to_json() for op in self.ops.values()]
-        for name in self.ops:
-            self.lake.engine.ensure_table(table_spec(name))
+        self.ensure_tables()
         _crash_point("before-ledger-commit")
         try:
             commit_ledger(

@@ -6,8 +6,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from rmqlake.config import Settings
+from rmqlake.lake import Lake
 from rmqlake.lake.state import CommitlogState, ExpireState, ReputState, RunRecord
-from rmqlake.steps.ingest import open_lake
 from rmqlake.timeutil import iso
 
 
@@ -17,7 +17,7 @@ def status(settings: Settings) -> dict:
     Per-queue offsets come from the consumequeue files' statistics (min and
     max queue offset per file), so nothing is scanned.
     """
-    lake = open_lake(settings)
+    lake = Lake.from_settings(settings)
     ledger = lake.ledger()
     commitlog = ledger.state.commitlog or CommitlogState()
     reput = ledger.state.reput or ReputState()
