@@ -26,13 +26,13 @@ from rmqlake.errors import CheckFailedError
 from rmqlake.formats import retention as R
 from rmqlake.formats.consumequeue import CQ_UNIT_SIZE
 from rmqlake.formats.indexfile import index_file_size
-from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake import Lake
 from rmqlake.lake.actions import DataFile, partition_values_from_path
 from rmqlake.lake.spark_io import group_folder, read_table
-from rmqlake.lake.state import ExpireState, LakeState, QueueId, RunRecord
+from rmqlake.lake.state import ExpireState, LakeState, QueueId
 from rmqlake.lake.tables import INDEXFILE_HEADER, SEGMENTS
 from rmqlake.progress import Stages
-from rmqlake.steps.ingest import open_lake
+from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.timeutil import iso
 
 log = logging.getLogger(__name__)
@@ -67,20 +67,19 @@ def expire(spark, settings: Settings, *, now: datetime, dry_run: bool = False, m
         with ``dry_run``, to delete: name, bytes, reason, messages per topic),
         ``segments_retained`` (expired segments kept, each with why; also
         recorded in their ``segments`` row), ``cq_files_deleted``, ``index_files_deleted``, ``min_physical_offset``,
-        ``data_loss`` (unconsumed messages per group and topic), ``status``.
+        ``data_loss`` (unconsumed messages per group and topic), ``status``;
+        and the stable ones (``rows_in`` and ``rows_out`` are 0: expiry
+        removes whole files).
     """
-    lake = open_lake(settings)
-    started = time.monotonic()
 
-    def work(run: LakeRun) -> dict:
-        return _expire(spark, settings, lake, run, now=now, dry_run=dry_run, manual=manual, started=started)
+    def work(step: StepRun) -> dict:
+        return _expire(spark, settings, step, dry_run=dry_run, manual=manual)
 
-    return run_with_retries(lake, "expire", work, retries=settings.lake.commit_retries)
+    return run_step("expire", settings, work, now=now)
 
 
-def _expire(
-    spark, settings: Settings, lake: Lake, run: LakeRun, *, now: datetime, dry_run: bool, manual: bool, started: float
-) -> dict:
+def _expire(spark, settings: Settings, step: StepRun, *, dry_run: bool, manual: bool) -> dict:
+    lake, run, now, started = step.lake, step.run, step.now, step.started
     retention, store = settings.retention, settings.store
     now_ms = int(now.timestamp() * 1000)
     state = run.state.expire or ExpireState()
@@ -234,9 +233,8 @@ def _expire(
     )
     summary = {k: v for k, v in metrics.items() if k not in ("segments", "data_loss", "segments_retained")}
     summary["segments_retained"] = len(kept)
-    record = RunRecord(seq=run.seq, run_id=run.run_id, at=now.isoformat(), metrics=summary)
     with stages("commit"):
-        versions = run.commit(state=replace(run.state, expire=state).with_run("expire", record))
+        versions = step.commit(replace(run.state, expire=state), record=summary)
     return {
         **metrics,
         "status": "deleted" if doomed else "nothing_to_delete",

@@ -22,10 +22,11 @@ from rmqlake.inputs import (
     plan_splits,
     resolve_inputs,
 )
-from rmqlake.lake import Lake, LakeRun, run_with_retries
-from rmqlake.lake.state import CommitlogState, LakeState, QueueId, RunRecord, TopicTotals
+from rmqlake.lake import Lake, LakeRun
+from rmqlake.lake.state import CommitlogState, LakeState, QueueId, TopicTotals
 from rmqlake.producer_log import ParseOptions
 from rmqlake.progress import Stages
+from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.timeutil import epoch_ms
 from rmqlake.transforms import ingest as T
 from rmqlake.transforms.segments import segment_size_problem, update_segments
@@ -52,17 +53,6 @@ def parse_options(settings: Settings) -> ParseOptions:
     )
 
 
-def open_lake(settings: Settings, *, read_only: bool = False) -> Lake:
-    """The lake of ``settings`` (``read_only``: pinned snapshots for lookups)."""
-    return Lake(
-        settings.lake.root,
-        storage_options=settings.lake.storage_options,
-        engine=settings.lake.engine,
-        staging_grace_hours=settings.lake.staging_grace_hours,
-        read_only=read_only,
-    )
-
-
 def check_ingest(settings: Settings, *, input_path: str) -> list[InputFile]:
     """What ingest can check without Spark: its input files, and that the lake takes the configured segment size.
 
@@ -74,7 +64,7 @@ def check_ingest(settings: Settings, *, input_path: str) -> list[InputFile]:
         ConfigError: ``store.commitlog_segment_size`` differs from the lake's.
     """
     files = resolve_inputs(input_path)
-    check_segment_size(open_lake(settings), segment_size=settings.store.commitlog_segment_size)
+    check_segment_size(Lake.from_settings(settings), segment_size=settings.store.commitlog_segment_size)
     return files
 
 
@@ -105,9 +95,10 @@ def ingest(
     so re-running a batch changes nothing.
 
     Returns:
-        Metrics: ``rows_in`` (lines), ``rows_out`` (messages), ``rejected``,
-        ``files``, ``files_skipped``, ``commitlog_bytes``, ``segments_opened``,
-        ``start_offset``/``end_offset``, ``table_versions``, ``seconds``, ...
+        Metrics: the stable ones (``rows_in`` lines, ``rows_out`` messages,
+        ``rejected`` lines, ``files_added`` commitlog files, ...), ``files``,
+        ``files_skipped``, ``commitlog_bytes``, ``segments_opened``,
+        ``start_offset``/``end_offset``, ...
     """
     started = time.monotonic()
     now = now or datetime.now(UTC)
@@ -115,12 +106,11 @@ def ingest(
     total = sum(f.size for f in files)
     log.info("found %d input files (%.1f MB) at %s", len(files), total / 1e6, input_path)
     prints = _fingerprints(spark, files)
-    lake = open_lake(settings)
 
-    def work(run: LakeRun) -> dict:
-        return _ingest_batch(spark, settings, lake, run, prints, batch_id=batch_id, now=now, started=started)
+    def work(step: StepRun) -> dict:
+        return _ingest_batch(spark, settings, step, prints, batch_id=batch_id)
 
-    return run_with_retries(lake, "ingest", work, retries=settings.lake.commit_retries, batch_id=batch_id)
+    return run_step("ingest", settings, work, now=now, started=started, batch_id=batch_id)
 
 
 def _refuse_when_disk_full(state: LakeState, settings: Settings) -> None:
@@ -151,7 +141,8 @@ def _fingerprints(spark, files: list[InputFile]) -> list[Fingerprint]:
     return sorted(rdd.map(fingerprint).collect(), key=lambda f: f.path)
 
 
-def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *, batch_id, now, started) -> dict:
+def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id) -> dict:
+    lake, run, now, started = step.lake, step.run, step.now, step.started
     seen = lake.read_arrow("ingest_files", columns=["path", "size_bytes", "sha256", "batch_id"]).to_pylist()
     known = {(r["path"], r["size_bytes"], r["sha256"]): r["batch_id"] for r in seen}
     new = [f for f in prints if (f.path, f.size, f.sha256) not in known]
@@ -301,11 +292,8 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
         raise AssertionError(
             f"counts do not add up: {rows_in} lines != {messages} messages + {rejected_count} rejected"
         )
-    state = replace(run.state, commitlog=commitlog).with_run(
-        "ingest", RunRecord(seq=run.seq, run_id=run.run_id, at=now.isoformat(), metrics=dict(metrics))
-    )
     with stages("commit"):
-        versions = run.commit(state=state)
+        versions = step.commit(replace(run.state, commitlog=commitlog), record=metrics)
     seconds = time.monotonic() - started
     metrics.update(
         table_versions=versions,

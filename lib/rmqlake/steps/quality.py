@@ -14,21 +14,21 @@ import json
 import logging
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
 
 from rmqlake.config import Settings
 from rmqlake.errors import UsageError
-from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table
-from rmqlake.lake.state import LakeState, QualityState, RunRecord, SuiteCheck
+from rmqlake.lake.state import LakeState, QualityState, SuiteCheck
 from rmqlake.lake.tables import DQ_RESULTS
 from rmqlake.quality import report
 from rmqlake.quality.suites import CRITICAL, Suite, select_suites
-from rmqlake.steps.ingest import open_lake
 from rmqlake.steps.offsets import queue_bounds
+from rmqlake.steps.runner import StepRun, run_step
 
 log = logging.getLogger(__name__)
 DATASOURCE = "rmqlake"
@@ -57,24 +57,24 @@ def quality(spark, settings: Settings, *, suites: list[str] | None = None, now: 
         summary each: expectations, failed, severity, table versions, the run
         that checked them), ``critical_failures``, ``warnings``,
         ``data_docs`` (index.html), ``report`` (this run's HTML page with plots, with
-        ``quality.report``), ``seconds``.
+        ``quality.report``); and the stable ones (``rows_in``: rows the suites
+        checked in this run validated, ``rows_out``: ``dq_results`` rows
+        written).
     """
     try:
         chosen = select_suites(suites)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
     docs_root = project_dir(settings)
-    lake = open_lake(settings)
-    started = time.monotonic()
-    now = now or datetime.now(UTC)
 
-    def work(run: LakeRun) -> dict:
-        return _check(spark, settings, lake, run, chosen, docs_root=docs_root, now=now, started=started)
+    def work(step: StepRun) -> dict:
+        return _check(spark, settings, step, chosen, docs_root=docs_root)
 
-    return run_with_retries(lake, "quality", work, retries=settings.lake.commit_retries)
+    return run_step("quality", settings, work, now=now)
 
 
-def _check(spark, settings, lake: Lake, run: LakeRun, chosen: list[Suite], *, docs_root, now, started) -> dict:
+def _check(spark, settings, step: StepRun, chosen: list[Suite], *, docs_root) -> dict:
+    lake, run, now, started = step.lake, step.run, step.now, step.started
     checked = dict((run.state.quality or QualityState()).checked)
     names = sorted({t for suite in chosen for t in suite.tables})
     versions = {name: lake.version(name) for name in names}
@@ -139,11 +139,13 @@ def _check(spark, settings, lake: Lake, run: LakeRun, chosen: list[Suite], *, do
         summaries.append({**outcome.to_json(), "seconds": round(time.monotonic() - suite_started, 3)})
     run.stage_arrow("dq_results", pa.Table.from_pylist(rows, schema=DQ_RESULTS.arrow_schema), mode="append")
     metrics = _result("checked", summaries, context, started)
-    record = {**{k: metrics[k] for k in ("critical_failures", "warnings")}, "suites": len(summaries)}
-    state = replace(run.state, quality=QualityState(checked=checked)).with_run(
-        "quality", RunRecord(seq=run.seq, run_id=run.run_id, at=now.isoformat(), metrics=record)
-    )
-    run.commit(state=state)
+    metrics.update(rows_in=sum(checked[s.name].rows or 0 for s in todo), rows_out=len(rows))
+    record = {
+        **{k: metrics[k] for k in ("critical_failures", "warnings")},
+        "suites": len(summaries),
+        **{k: metrics[k] for k in ("rows_in", "rows_out")},
+    }
+    versions = step.commit(replace(run.state, quality=QualityState(checked=checked)), record=record)
     context.build_data_docs(site_names=[DOCS_SITE])
     docs = _docs_index(context)
     page = None
@@ -157,7 +159,13 @@ def _check(spark, settings, lake: Lake, run: LakeRun, chosen: list[Suite], *, do
             data_docs=docs,
         )
         report.link_latest(reports, page)
-    return {**metrics, "data_docs": docs, "report": None if page is None else str(page.resolve()), "run_id": run.run_id}
+    return {
+        **metrics,
+        "data_docs": docs,
+        "report": None if page is None else str(page.resolve()),
+        "run_id": run.run_id,
+        "table_versions": versions,
+    }
 
 
 def _result(status: str, summaries: list[dict], context, started: float) -> dict:

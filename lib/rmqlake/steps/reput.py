@@ -12,12 +12,12 @@ from pyspark.sql import functions as F
 
 from rmqlake.config import Settings
 from rmqlake.formats.segment import segment_file_name, segment_start
-from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake import Lake, LakeRun
 from rmqlake.lake.spark_io import read_table, stage_dataframe
 from rmqlake.lake.state import ReputState
 from rmqlake.lake.tables import INDEXFILE_HEADER
 from rmqlake.progress import Stages
-from rmqlake.steps.ingest import open_lake
+from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.transforms import reput as T
 
 log = logging.getLogger(__name__)
@@ -33,20 +33,19 @@ def reput(spark, settings: Settings) -> dict:
     so a re-run dispatches nothing twice.
 
     Returns:
-        Metrics: ``from_offset``, ``to_offset``, ``rows_in`` (messages
-        dispatched), ``cq_units``, ``index_entries``, ``index_files_created``,
-        ``table_versions``, ``seconds``, ``stage_seconds``.
+        Metrics: the stable ones (``rows_in`` messages dispatched, ``rows_out``
+        CQ units written, ...), ``from_offset``, ``to_offset``, ``cq_units``,
+        ``index_entries``, ``index_files_created``, ``stage_seconds``.
     """
-    lake = open_lake(settings)
-    started = time.monotonic()
 
-    def work(run: LakeRun) -> dict:
-        return _reput(spark, settings, lake, run, started=started)
+    def work(step: StepRun) -> dict:
+        return _reput(spark, settings, step)
 
-    return run_with_retries(lake, "reput", work, retries=settings.lake.commit_retries)
+    return run_step("reput", settings, work)
 
 
-def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: float) -> dict:
+def _reput(spark, settings: Settings, step: StepRun) -> dict:
+    lake, run, started = step.lake, step.run, step.started
     store = settings.store
     end = run.state.next_offset
     reput_state = run.state.reput or ReputState()
@@ -59,6 +58,7 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
         "from_offset": dispatched,
         "to_offset": end,
         "rows_in": 0,
+        "rows_out": 0,
         "cq_units": 0,
         "index_entries": 0,
         "index_files_created": 0,
@@ -94,7 +94,7 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
         summary = _cq_summary(spark, run)
         dispatched_messages = messages.count()
         note.update(rows=dispatched_messages, units=summary["units"], files=len(cq_files))
-    metrics.update(rows_in=dispatched_messages, cq_units=summary["units"])
+    metrics.update(rows_in=dispatched_messages, rows_out=summary["units"], cq_units=summary["units"])
     if summary["last_store_timestamp"] is not None:
         reput_state = replace(reput_state, logics_msg_timestamp=summary["last_store_timestamp"])
     run.op("consumequeue").app_transactions[DISPATCHED_APP_ID] = end
@@ -108,7 +108,7 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
             reput_state = replace(reput_state, index_msg_timestamp=index_ts)
     reput_state = replace(reput_state, dispatched_offset=end)
     with stages("commit"):
-        versions = run.commit(state=replace(run.state, reput=reput_state))
+        versions = step.commit(replace(run.state, reput=reput_state), record=metrics)
     seconds = time.monotonic() - started
     metrics.update(
         status="dispatched",

@@ -43,13 +43,13 @@ from rmqlake.formats.compaction import compaction_log_file_size, sparse_cq_file_
 from rmqlake.formats.consumequeue import cq_file_size
 from rmqlake.formats.indexfile import index_file_size
 from rmqlake.formats.topic import topic_error
-from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake import Lake
 from rmqlake.lake.actions import partition_values_from_path
 from rmqlake.lake.spark_io import group_folder, stage_dataframe
 from rmqlake.lake.state import CommitlogState, ImportStoreState, QueueId, ReputState, SegmentHole, TopicTotals
 from rmqlake.lake.tables import SEGMENTS
 from rmqlake.progress import Stages
-from rmqlake.steps.ingest import open_lake
+from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.timeutil import parse_timestamp, to_datetime
 from rmqlake.transforms import store_files
 from rmqlake.transforms.columns import dispatchable
@@ -71,7 +71,7 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
     target = Path(out).resolve()
     if target.exists() and any(target.iterdir()) and not overwrite:
         raise UsageError(f"{target} exists and is not empty; choose another --out or pass --overwrite")
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     entry = _travel(lake, as_of) if as_of else lake.ledger()
     if entry.seq == 0:
         raise LakeStateError(f"the lake at {lake.root} is empty: nothing to export")
@@ -351,23 +351,24 @@ def import_store(spark, settings: Settings, *, store_dir: str) -> dict:
     Returns:
         Metrics: ``files``, ``messages``, ``corrupt_records`` (also in
         ``rejected``: file, offset, reason), ``start_offset``, ``end_offset``,
-        ``status`` (``imported``, or ``already_imported`` for the same store).
+        ``status`` (``imported``, or ``already_imported`` for the same store);
+        and the stable ones (``rows_in`` records read, ``rows_out`` messages
+        imported, ``rejected`` corrupt records).
     """
     root = Path(store_dir).resolve()
     folder = root / "commitlog"
     names = store_segment_names(store_dir, segment_size=settings.store.commitlog_segment_size)
     # size and modification time: every segment file has the segment size, so a rewrite shows in its mtime
     fingerprint = {name: (os.stat(folder / name).st_size, os.stat(folder / name).st_mtime_ns) for name in names}
-    lake = open_lake(settings)
-    started = time.monotonic()
 
-    def work(run: LakeRun) -> dict:
-        return _import(spark, settings, run, root, names, fingerprint, started=started)
+    def work(step: StepRun) -> dict:
+        return _import(spark, settings, step, root, names, fingerprint)
 
-    return run_with_retries(lake, "import-store", work, retries=settings.lake.commit_retries)
+    return run_step("import-store", settings, work)
 
 
-def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerprint, *, started: float) -> dict:
+def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerprint) -> dict:
+    run = step.run
     previous = run.state.import_store
     if previous is not None and previous.source == str(root) and previous.files == fingerprint:
         return {"status": "already_imported", "source": str(root), "table_versions": {}}
@@ -445,8 +446,7 @@ def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerpr
         if s["segment"] in first_rejected and first_rejected[s["segment"]][0] < s["data_end"]
     }
     imported = ImportStoreState(source=str(root), files=fingerprint, corrupt_records=corrupt_count, holes=holes)
-    versions = run.commit(state=replace(run.state, commitlog=commitlog, import_store=imported))
-    return {
+    metrics = {
         "status": "imported",
         "source": str(root),
         "files": len(tasks),
@@ -455,9 +455,12 @@ def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerpr
         "start_offset": int(names[0]),
         "end_offset": end_offset,
         "segments": len(segment_rows),
-        "table_versions": versions,
-        "seconds": round(time.monotonic() - started, 3),
+        "rows_in": totals["messages"] + corrupt_count,
+        "rows_out": totals["messages"],
+        "rejected": corrupt_count,
     }
+    versions = step.commit(replace(run.state, commitlog=commitlog, import_store=imported), record=metrics)
+    return {**metrics, "table_versions": versions, "seconds": step.seconds()}
 
 
 def _read_files(batches):
