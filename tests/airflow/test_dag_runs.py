@@ -150,6 +150,6 @@ def test_ingest_hourly_runs_past_hours_in_order_and_a_failed_hour_changes_nothin
     assert code == 0 and tasks == second
     manifest = json.loads((landing.parent / "MANIFEST.json").read_text())
     topics = Lake(str(one_by_one)).state().commitlog.topics
-    assert sum(t["messages"] for t in topics.values()) == manifest["messages"]
+    assert sum(t.messages for t in topics.values()) == manifest["messages"]
     for table in COMPARED:
         assert lake_rows(lake, table) == lake_rows(one_by_one, table), f"{table} differs"
