@@ -35,10 +35,11 @@ def main() -> int:
     args = parser.parse_args()
 
     from rmqlake.config import load_settings
+    from rmqlake.lake import Lake
     from rmqlake.lake.spark_io import read_table
     from rmqlake.logs import configure_logging
     from rmqlake.session import get_spark
-    from rmqlake.steps.ingest import ingest, open_lake
+    from rmqlake.steps.ingest import ingest
 
     configure_logging("WARNING")
     landing = dataset(f"ingest-{args.messages}", messages=args.messages, body_size=args.body_size)
@@ -56,7 +57,7 @@ def main() -> int:
             spark.read.schema(INPUT_SCHEMA).json(str(landing)).write.parquet(str(work / "baseline-json"))
         with timed() as ingest_time:
             metrics = ingest(spark, settings, input_path=str(landing))
-        commitlog = read_table(spark, open_lake(settings), "commitlog").cache()
+        commitlog = read_table(spark, Lake.from_settings(settings), "commitlog").cache()
         commitlog.count()
         with timed() as write_only:
             commitlog.write.partitionBy("segment").parquet(str(work / "baseline-rows"))

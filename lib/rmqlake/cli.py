@@ -512,13 +512,13 @@ def cmd_status(args, settings) -> int:
 
 def cmd_query(args, settings) -> int:
     from rmqlake import query as Q
-    from rmqlake.steps.ingest import open_lake
+    from rmqlake.lake import Lake
     from rmqlake.timeutil import parse_timestamp
 
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     store = settings.store
     state = lake.state()
-    min_offsets = state.get("expire", {}).get("queue_min_offsets", {})
+    min_offsets = state.queue_min_offsets
     if args.query_kind == "time":
         result = Q.query_time(
             lake,
@@ -561,7 +561,7 @@ def cmd_query(args, settings) -> int:
             min_offsets=min_offsets,
         )
     else:
-        topics = state.get("commitlog", {}).get("queue_heads", {}).keys()
+        topics = sorted({queue.topic for queue in state.commitlog.queue_heads}) if state.commitlog else []
         result = Q.query_msgid(
             lake,
             msg_id=args.id,

@@ -15,9 +15,9 @@ from pathlib import Path
 from rmqlake.config import load_settings
 from rmqlake.formats.store import ROCKETMQ_VERIFIED_VERSION
 from rmqlake.generate import TopicPlan, generate
+from rmqlake.lake import Lake
 from rmqlake.logs import configure_logging
 from rmqlake.report import render_table
-from rmqlake.steps.ingest import open_lake
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("\nconsumer lag at the last snapshot (first queues):")
     print(render_table(lag(settings)["latest"][:8]))
-    lake = open_lake(settings)
+    lake = Lake.from_settings(settings)
     segments = lake.read_arrow("segments").to_pylist()
     print(
         f"\n{len(segments)} segments of {settings.store.commitlog_segment_size:,} bytes; "

@@ -32,6 +32,7 @@ from rmqlake.formats.properties import split_keys
 from rmqlake.formats.segment import segment_file_name, segment_start
 from rmqlake.lake import Lake
 from rmqlake.lake.lake import holds_any
+from rmqlake.lake.state import QueueId
 from rmqlake.lake.tables import COMMITLOG
 from rmqlake.timeutil import iso
 
@@ -287,13 +288,15 @@ def queue_units(lake: Lake, *, topic: str, queue: int, columns: list[str], filte
     ).sort_by("queue_offset")
 
 
-def queue_bounds(lake: Lake, *, topic: str, queue: int, min_offsets: dict | None = None) -> tuple[int, int]:
+def queue_bounds(
+    lake: Lake, *, topic: str, queue: int, min_offsets: Mapping[QueueId, int] | None = None
+) -> tuple[int, int]:
     """(min offset, max offset) of a queue: max is one past the last unit; min as corrected after expiry."""
     offsets = queue_units(lake, topic=topic, queue=queue, columns=["queue_offset"]).column("queue_offset")
     if len(offsets) == 0:
         return 0, 0
     maximum = pc.max(offsets).as_py() + 1
-    minimum = (min_offsets or {}).get(f"{topic}\t{queue}", pc.min(offsets).as_py())
+    minimum = (min_offsets or {}).get(QueueId(topic, queue), pc.min(offsets).as_py())
     return minimum, maximum
 
 
@@ -316,7 +319,7 @@ def query_offset(
     max_num: int = DEFAULT_PULL_BATCH,
     tags: str | None = "*",
     segment_size: int,
-    min_offsets: dict | None = None,
+    min_offsets: Mapping[QueueId, int] | None = None,
 ) -> dict:
     """Messages from a queue offset (``DefaultMessageStore.getMessage`` + the client's tag check).
 
@@ -464,7 +467,7 @@ def query_time(
     boundary: str = "lower",
     units_per_file: int,
     min_phy_offset: int = 0,
-    min_offsets: dict | None = None,
+    min_offsets: Mapping[QueueId, int] | None = None,
 ) -> dict:
     """Queue offset of the first message stored at or after ``at`` (``getOffsetInQueueByTime``)."""
     units = queue_units(
@@ -481,7 +484,7 @@ def query_time(
         ),
         units_per_file=units_per_file,
     )
-    minimum = (min_offsets or {}).get(f"{topic}\t{queue}", units[0]["queue_offset"] if units else 0)
+    minimum = (min_offsets or {}).get(QueueId(topic, queue), units[0]["queue_offset"] if units else 0)
     offset = store_offset_by_time(
         ordered, timestamp=at, boundary=boundary, min_logic_offset=minimum, min_phy_offset=min_phy_offset
     )

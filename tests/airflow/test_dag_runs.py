@@ -108,9 +108,9 @@ def test_ingest_hourly_runs_past_hours_in_order_and_a_failed_hour_changes_nothin
     first = run_hour(dag, HOURS[0], landing)
     assert first == {"ingest": "success", "reput": "success", "compact": "success", "quality": "success"}
     state = Lake(str(lake)).state()
-    assert state["runs"]["ingest"]["at"] == "2026-11-21T01:00:00+00:00"  # --now is the interval's end
-    assert state["runs"]["ingest"]["rows_out"] > 0
-    assert state["reput"]["dispatched_offset"] == state["commitlog"]["next_offset"]
+    assert state.runs["ingest"].at == "2026-11-21T01:00:00+00:00"  # --now is the interval's end
+    assert state.runs["ingest"].metrics["rows_out"] > 0
+    assert state.dispatched_offset == state.next_offset
 
     versions = {name: Lake(str(lake)).version(name) for name in TABLES}
     seq = Lake(str(lake)).ledger().seq
@@ -124,7 +124,7 @@ def test_ingest_hourly_runs_past_hours_in_order_and_a_failed_hour_changes_nothin
 
     second = run_hour(dag, HOURS[1], landing)  # the hour has landed: re-run it
     assert set(second.values()) == {"success"}
-    assert Lake(str(lake)).state()["runs"]["quality"]["critical_failures"] == 0  # quality passed, on both hours
+    assert Lake(str(lake)).state().runs["quality"].metrics["critical_failures"] == 0  # quality passed, on both hours
 
     # the runs a backfill of these hours creates are these intervals, in this order
     window = ["--from-date", HOURS[0].isoformat(), "--to-date", HOURS[-1].isoformat()]
@@ -150,7 +150,7 @@ def test_ingest_hourly_runs_past_hours_in_order_and_a_failed_hour_changes_nothin
     code, tasks = pipeline_run(one_by_one, HOURS[1], landing, capsys)
     assert code == 0 and tasks == second
     manifest = json.loads((landing.parent / "MANIFEST.json").read_text())
-    topics = Lake(str(one_by_one)).state()["commitlog"]["topics"]
-    assert sum(t["messages"] for t in topics.values()) == manifest["messages"]
+    topics = Lake(str(one_by_one)).state().commitlog.topics
+    assert sum(t.messages for t in topics.values()) == manifest["messages"]
     for table in COMPARED:
         assert lake_rows(lake, table) == lake_rows(one_by_one, table), f"{table} differs"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rmqlake.lake import Lake
 from rmqlake.query import query_key, query_msgid, query_offset, query_time
-from rmqlake.steps.ingest import open_lake
 from rmqlake.steps.status import status
 from tests.interop import data
 from tests.interop.harness import message_fields, run_java
@@ -35,13 +35,13 @@ def read_store(store: Path, request: dict) -> dict:
 
 
 def commitlog_rows(settings) -> dict[int, dict]:
-    rows = open_lake(settings, read_only=True).read_arrow("commitlog").to_pylist()
+    rows = Lake.from_settings(settings, read_only=True).read_arrow("commitlog").to_pylist()
     return {row["physical_offset"]: row for row in rows}
 
 
 def lookups(settings, rows: dict[int, dict]) -> dict:
     """Key, offsetMsgId and time lookups chosen from the lake, and the lake's own answers to them."""
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     store = settings.store
     ordered = [rows[o] for o in sorted(rows)]
     keys: list[tuple[str, str]] = [(data.ORDERS, k) for k in data.COLLIDING]
@@ -119,9 +119,7 @@ def lookups(settings, rows: dict[int, dict]) -> dict:
 
 
 def _expiry(settings) -> dict:
-    state = open_lake(settings, read_only=True).state()
-    expired = state.get("expire", {})
-    mins = expired.get("queue_min_offsets", {})
+    mins = Lake.from_settings(settings, read_only=True).state().queue_min_offsets
     return {"min_phy_offset": status(settings)["store"]["min_physical_offset"], "min_offsets": mins}
 
 
@@ -132,7 +130,7 @@ def assert_store_answers_equal_the_lake(answer: dict, settings, asked: dict) -> 
     assert answer["minPhyOffset"] == state["store"]["min_physical_offset"]
     assert answer["maxPhyOffset"] == state["store"]["max_physical_offset"]
 
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     min_offsets = _expiry(settings)["min_offsets"]
     expected_queues = {(q["topic"], q["queue_id"]): q for q in state["queues"]}
     broker_queues = {(q["topic"], q["queueId"]): q for q in answer["queues"]}

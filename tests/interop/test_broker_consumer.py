@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from rmqlake.lake import Lake
 from rmqlake.steps.compact import compact
 from rmqlake.steps.expire import expire
-from rmqlake.steps.ingest import open_lake
 from rmqlake.steps.offsets import load_offsets, queue_bounds
 from rmqlake.steps.store import export_store
 from tests.interop import data
@@ -81,7 +81,7 @@ def served(spark, interop_lake) -> dict:
     root = interop_lake.root / "d3-broker"
     settings = copy_lake(interop_lake, root / "lake")
     compact(spark, settings)  # before expiry: the compacted queues keep keys whose messages expire
-    segments = sorted(open_lake(settings).read_arrow("segments").to_pylist(), key=lambda s: s["start_offset"])
+    segments = sorted(Lake.from_settings(settings).read_arrow("segments").to_pylist(), key=lambda s: s["start_offset"])
     modified = segments[EXPIRED_SEGMENTS]["first_store_timestamp"]  # the last write to the segment before it
     now = datetime.fromtimestamp((modified + 72 * 3_600_000) / 1000, tz=UTC)
     settings = lake_settings(root / "lake", f"retention.delete_when={now.hour:02d}")
@@ -119,7 +119,7 @@ def served(spark, interop_lake) -> dict:
     }
     (root / "spec.json").write_text(json.dumps(spec))
     answer = run_java("BrokerHarness", str(root / "spec.json"), timeout=180)
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     return {
         "answer": answer,
         "groups": {g["group"]: g for g in answer["groups"]},

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from rmqlake.steps.ingest import ingest, open_lake
+from rmqlake.lake import Lake
+from rmqlake.steps.ingest import ingest
 from rmqlake.steps.reput import reput
 from rmqlake.steps.store import export_store, import_store
 from tests.interop import data
@@ -115,7 +116,7 @@ def test_import_store_reads_what_the_broker_stored_and_reput_rebuilds_its_cq_and
     settings = lake_settings(root / "imported")
     result = import_store(spark, settings, store_dir=str(store))
     assert result["status"] == "imported" and result["corrupt_records"] == 0, result
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     rows = {r["physical_offset"]: r for r in lake.read_arrow("commitlog").to_pylist()}
     stored = written["answer"]["stored"]
     assert sorted(rows) == [s["wroteOffset"] for s in stored]
@@ -133,7 +134,7 @@ def test_import_store_reads_what_the_broker_stored_and_reput_rebuilds_its_cq_and
             assert row["queue_offset"] == put["logicsOffset"]
 
     reput(spark, settings)
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     columns = ["topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags_code", "cq_file"]
     ours = sorted(lake.read_arrow("consumequeue", columns=columns).to_pylist(), key=lambda u: tuple(u.values()))
     theirs = sorted(broker_consume_queues(store), key=lambda u: tuple(u.values()))

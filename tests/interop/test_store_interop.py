@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from rmqlake.lake import Lake
 from rmqlake.steps.compact import compact
 from rmqlake.steps.expire import expire
-from rmqlake.steps.ingest import open_lake
 from rmqlake.steps.store import export_store
 from tests.interop import data
 from tests.interop.conftest import copy_lake, lake_settings
@@ -75,7 +75,7 @@ def expired(spark, interop_lake):
     """A copy of the lake after an expire that deleted the first commitlog segments (and CQ, index files)."""
     root = interop_lake.root / "d1-expired"
     settings = copy_lake(interop_lake, root / "lake")
-    segments = sorted(open_lake(settings).read_arrow("segments").to_pylist(), key=lambda s: s["start_offset"])
+    segments = sorted(Lake.from_settings(settings).read_arrow("segments").to_pylist(), key=lambda s: s["start_offset"])
     doomed = 3  # the first three segments: modified when the fourth received its first message
     modified = segments[doomed]["first_store_timestamp"]
     now = datetime.fromtimestamp((modified + 72 * 3_600_000) / 1000, tz=UTC)

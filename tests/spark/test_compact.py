@@ -11,10 +11,11 @@ import pytest
 from rmqlake.errors import UsageError
 from rmqlake.formats.compaction import JAVA_WHITESPACE_REGEX, is_blank, sparse_cq_file_name
 from rmqlake.formats.consumequeue import tags_code
+from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table
 from rmqlake.query import query_compacted_offset
 from rmqlake.steps.compact import compact
-from rmqlake.steps.ingest import ingest, open_lake
+from rmqlake.steps.ingest import ingest
 from rmqlake.steps.reput import reput
 from tests.conftest import make_settings
 from tests.reference import RefBroker, RefConfig
@@ -94,7 +95,7 @@ def reference_broker(java_oracle, paths: list[Path]) -> RefBroker:
 
 
 def compacted_rows(spark, settings) -> tuple[list[dict], list[dict]]:
-    lake = open_lake(settings)
+    lake = Lake.from_settings(settings)
     log = [r.asDict() for r in read_table(spark, lake, "compaction_log").orderBy("physical_offset").collect()]
     cq = [r.asDict() for r in read_table(spark, lake, "compaction_cq").orderBy("commitlog_offset").collect()]
     return log, cq
@@ -160,7 +161,7 @@ def test_rerun_changes_nothing_and_delete_topics_are_untouched(spark, tmp_path, 
     ingest(spark, settings, input_path=str(paths[0]))
     assert compact(spark, settings)["status"] == "up_to_date"  # nothing dispatched yet: compaction follows reput
     reput(spark, settings)
-    lake = open_lake(settings)
+    lake = Lake.from_settings(settings)
     before = {t: lake.version(t) for t in ("commitlog", "consumequeue", "indexfile", "segments")}
     first = compact(spark, settings)
     tables = compacted_rows(spark, settings)
@@ -172,8 +173,8 @@ def test_rerun_changes_nothing_and_delete_topics_are_untouched(spark, tmp_path, 
     assert {t: lake.version(t) for t in before} == before  # compaction writes only its own tables
     assert {r["topic"] for r in tables[0]} == {"UserProfile"}
     state = lake.state()
-    assert state["compaction"]["positions"] == {"UserProfile": state["reput"]["dispatched_offset"]}
-    assert state["runs"]["compact"]["messages_kept"] == first["messages_kept"] > 0
+    assert state.compaction.positions == {"UserProfile": state.dispatched_offset}
+    assert state.runs["compact"].metrics["messages_kept"] == first["messages_kept"] > 0
 
 
 def test_consumer_reading_the_compacted_queue_sees_the_latest_value_of_every_key(spark, tmp_path, java_oracle):
@@ -184,7 +185,7 @@ def test_consumer_reading_the_compacted_queue_sees_the_latest_value_of_every_key
         reput(spark, settings)
         compact(spark, settings)
     expected = reference_compaction(reference_broker(java_oracle, paths).messages)
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     for (topic, queue), keys in expected.items():
         seen, offset = {}, 0
         while True:

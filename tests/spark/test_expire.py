@@ -12,10 +12,12 @@ from rmqlake.errors import CheckFailedError, ConfigError, RefusedError
 from rmqlake.formats import retention as R
 from rmqlake.formats.consumequeue import CQ_UNIT_SIZE
 from rmqlake.formats.indexfile import index_file_size
+from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table
+from rmqlake.lake.state import QueueId
 from rmqlake.query import query_offset
 from rmqlake.steps.expire import expire
-from rmqlake.steps.ingest import ingest, open_lake
+from rmqlake.steps.ingest import ingest
 from rmqlake.steps.offsets import lag, load_offsets
 from rmqlake.steps.reput import reput
 from rmqlake.steps.status import status
@@ -58,7 +60,7 @@ def built_lake(spark, tmp_path: Path, *overrides: str):
 
 
 def snapshot(spark, settings) -> dict:
-    lake = open_lake(settings)
+    lake = Lake.from_settings(settings)
     return {
         "segments": sorted(lake.read_arrow("segments").to_pylist(), key=lambda s: s["start_offset"]),
         "units": [r.asDict() for r in read_table(spark, lake, "consumequeue").collect()],
@@ -157,9 +159,9 @@ def test_expiry_cascade_equals_the_broker_rules(spark, tmp_path):
     got = queues_of(after["units"])
     for queue, units in kept_units.items():
         assert got.get(queue, []) == units, queue  # whole CQ files go; kept files keep their dead units
-    state = open_lake(settings).state()["expire"]
+    corrected = Lake.from_settings(settings).state().queue_min_offsets
     for queue, expected_min in min_offsets.items():
-        assert state["queue_min_offsets"].get(f"{queue[0]}\t{queue[1]}", got[queue][0]["queue_offset"]) == expected_min
+        assert corrected.get(QueueId(*queue), got[queue][0]["queue_offset"]) == expected_min
         for unit in got[queue]:
             if unit["queue_offset"] >= expected_min:  # every visible unit points to a live message of its size
                 assert after["live_offsets"].get(unit["commitlog_offset"]) == unit["size"]
@@ -167,7 +169,7 @@ def test_expiry_cascade_equals_the_broker_rules(spark, tmp_path):
     assert [h["index_file"] for h in after["headers"]] == index and len(index) < len(before["headers"])
     for table, paths in after["files"].items():  # deletion removes whole files; nothing is rewritten
         assert paths <= before["files"][table], table
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     slow_min = min_offsets[("Clickstream", 0)]
     page = query_offset(
         lake,
@@ -175,7 +177,7 @@ def test_expiry_cascade_equals_the_broker_rules(spark, tmp_path):
         queue=0,
         offset=0,
         segment_size=SEGMENT,
-        min_offsets=state["queue_min_offsets"],
+        min_offsets=corrected,
     )
     assert page["status"] == "OFFSET_TOO_SMALL" and page["next_begin_offset"] == slow_min
 
@@ -200,7 +202,7 @@ def test_a_rerun_is_a_new_check_when_a_setting_or_the_data_changed_and_the_run_r
     first = expire(spark, settings, now=to_datetime(now))
     assert first["segments_deleted"] == 10 and len(first["segments_retained"]) == len(expired) - 10 > 0
     assert first["index_files_deleted"] > 0  # the index headers are rewritten in this run too
-    record = open_lake(settings).state()["runs"]["expire"]
+    record = Lake.from_settings(settings).state().runs["expire"].metrics
     assert record["segments_retained"] == len(expired) - 10  # segments kept, not index files kept
     assert record["segments_deleted"] == 10
 
@@ -218,7 +220,7 @@ def test_a_rerun_is_a_new_check_when_a_setting_or_the_data_changed_and_the_run_r
     ingest(spark, more, input_path=str(write_days(tmp_path / "in2" / "more.jsonl", messages=40, start=now)))
     third = expire(spark, pressed, now=to_datetime(now))
     assert third["status"] == "nothing_to_delete" and not third["disk"]["disk_full"]  # checked again: flag cleared
-    assert open_lake(settings).state()["expire"]["disk_full"] is False
+    assert Lake.from_settings(settings).state().expire.disk_full is False
 
 
 def test_disk_pressure_forces_deletion_sets_disk_full_and_ingest_refuses(spark, tmp_path):
@@ -264,15 +266,15 @@ def test_data_loss_is_reported_and_can_refuse(spark, tmp_path):
     assert snapshot(spark, settings)["versions"] == versions
     result = expire(spark, settings, now=now)
     loss = {(r["group"], r["topic"]): r["messages"] for r in result["data_loss"]}
-    state = open_lake(settings).state()["expire"]["queue_min_offsets"]
+    state = Lake.from_settings(settings).state().queue_min_offsets
     expected_billing = sum(
-        max(0, state.get(f"OrderEvents\t{q}", 0) - consumer) for q, consumer in ((0, 0), (1, 0), (2, 190))
+        max(0, state.get(QueueId("OrderEvents", q), 0) - consumer) for q, consumer in ((0, 0), (1, 0), (2, 190))
     )
     assert loss[("billing", "OrderEvents")] == expected_billing > 0
-    assert loss[("audit", "Clickstream")] == state["Clickstream\t0"] - 1
+    assert loss[("audit", "Clickstream")] == state[QueueId("Clickstream", 0)] - 1
     report = lag(settings, group="billing")
     rows = {r["queue_id"]: r for r in report["latest"]}
-    assert rows[0]["expired_unconsumed"] == state["OrderEvents\t0"] and rows[0]["lag"] == rows[0]["max_offset"]
+    assert rows[0]["expired_unconsumed"] == state[QueueId("OrderEvents", 0)] and rows[0]["lag"] == rows[0]["max_offset"]
     assert [h["as_of"] for h in report["history"]] == ["2026-11-21T06:00:00.000Z"]
 
 
@@ -280,7 +282,11 @@ def test_vacuum_removes_expired_files_only_when_retention_allows(spark, tmp_path
     settings = built_lake(spark, tmp_path)
     expire(spark, settings, now=to_datetime(parse_timestamp("2026-11-22T04:00:00Z")))
     lake_root = tmp_path / "lake"
-    deleted = [s["segment"] for s in open_lake(settings).read_arrow("segments").to_pylist() if s["status"] == "deleted"]
+    deleted = [
+        s["segment"]
+        for s in Lake.from_settings(settings).read_arrow("segments").to_pylist()
+        if s["status"] == "deleted"
+    ]
     assert (lake_root / "commitlog" / f"segment={deleted[0]}").exists()  # removed from the log, still on disk
     kept = vacuum(settings)  # default 168 h: too recent to go
     assert kept["files_total"] == 0
@@ -293,4 +299,4 @@ def test_vacuum_removes_expired_files_only_when_retention_allows(spark, tmp_path
     done = vacuum(now_settings)
     assert done["files"]["commitlog"] > 0 and done["files"]["consumequeue"] > 0
     assert not list((lake_root / "commitlog" / f"segment={deleted[0]}").glob("*.parquet"))
-    assert read_table(spark, open_lake(settings), "commitlog").count() > 0
+    assert read_table(spark, Lake.from_settings(settings), "commitlog").count() > 0

@@ -9,8 +9,9 @@ import pyarrow as pa
 import pytest
 
 from rmqlake.generate import TopicPlan, generate
+from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table
-from rmqlake.steps.ingest import ingest, open_lake
+from rmqlake.steps.ingest import ingest
 from tests.conftest import make_settings
 from tests.reference import RefBroker, RefConfig, encode
 
@@ -38,7 +39,7 @@ def write_jsonl(path: Path, lines: list) -> Path:
 
 
 def commitlog_rows(spark, settings) -> list[dict]:
-    frame = read_table(spark, open_lake(settings), "commitlog").orderBy("physical_offset")
+    frame = read_table(spark, Lake.from_settings(settings), "commitlog").orderBy("physical_offset")
     rows = []
     for row in frame.collect():
         data = row.asDict()
@@ -55,12 +56,12 @@ def assert_matches_reference(spark, settings, broker: RefBroker) -> None:
     for got, want in zip(actual, expected, strict=True):
         mismatched = {k: (got[k], v) for k, v in want.items() if got[k] != v}
         assert not mismatched, f"message {want['source_file']}:{want['source_line']} differs: {mismatched}"
-    lake = open_lake(settings)
+    lake = Lake.from_settings(settings)
     segments = sorted(lake.read_arrow("segments").to_pylist(), key=lambda r: r["start_offset"])
     assert [{k: r[k] for k in s} for r, s in zip(segments, broker.segment_rows(), strict=True)] == broker.segment_rows()
     rejected = sorted((r["source_file"], r["source_line"]) for r in lake.read_arrow("rejected").to_pylist())
     assert rejected == sorted(broker.rejected)
-    assert lake.state()["commitlog"]["next_offset"] == broker.next_offset
+    assert lake.state().next_offset == broker.next_offset
 
 
 def test_ingest_of_generated_hours_matches_the_reference_broker(spark, tmp_path, java_oracle):
@@ -117,7 +118,7 @@ def test_segment_rolls_exact_fit_and_eight_bytes_left(spark, tmp_path, java_orac
         (11988, 292),
         (12288, 300),
     ]
-    segments = open_lake(settings).read_arrow("segments").to_pylist()
+    segments = Lake.from_settings(settings).read_arrow("segments").to_pylist()
     assert [(s["segment"], s["message_count"], s["padding_bytes"], s["end_offset"], s["status"]) for s in segments] == [
         ("00000000000000000000", 1, 8, 4096, "sealed"),
         ("00000000000000004096", 1, 3796, 8192, "sealed"),
@@ -128,7 +129,7 @@ def test_segment_rolls_exact_fit_and_eight_bytes_left(spark, tmp_path, java_orac
     broker.ingest_files([str(path)])
     assert broker.blanks == [(4088, 8), (4396, 3796), (12280, 8)]
     assert_matches_reference(spark, settings, broker)
-    reasons = [r["reason"] for r in open_lake(settings).read_arrow("rejected").to_pylist()]
+    reasons = [r["reason"] for r in Lake.from_settings(settings).read_arrow("rejected").to_pylist()]
     assert reasons == [
         "record of 4089 bytes cannot fit a commitlog segment of 4096 bytes (store.commitlog_segment_size)"
     ]
@@ -180,7 +181,7 @@ def test_edge_messages_ipv6_retry_topic_unicode_transactions(spark, tmp_path, ja
     assert rows[11]["physical_offset"] == 0  # storeTimestamp 5 appends first
     assert rows[9]["keys"] == ["user-1", "alias-1"] and rows[9]["properties"]["KEYS"] == "user-1 alias-1"
     assert 10 not in rows
-    reasons = [r["reason"] for r in open_lake(settings).read_arrow("rejected").to_pylist()]
+    reasons = [r["reason"] for r in Lake.from_settings(settings).read_arrow("rejected").to_pylist()]
     assert reasons == ["topic 'UserProfile' has cleanup.policy COMPACTION and the message has no keys"]
 
 
@@ -234,7 +235,7 @@ def test_batches_continue_offsets_and_rerunning_a_batch_changes_nothing(spark, t
     first = ingest(spark, settings, input_path=str(hour0))
     second = ingest(spark, settings, input_path=str(hour1))
     assert second["start_offset"] == first["end_offset"]
-    lake = open_lake(settings)
+    lake = Lake.from_settings(settings)
     versions = {name: lake.version(name) for name in ("commitlog", "segments", "rejected", "ingest_files")}
     ledger_seq = lake.ledger().seq
 

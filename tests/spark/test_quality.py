@@ -15,11 +15,12 @@ from pyspark.sql import functions as F
 
 from rmqlake.cli import main
 from rmqlake.generate import TopicPlan, generate
+from rmqlake.lake import Lake
 from rmqlake.quality import report
 from rmqlake.quality.suites import SUITES
 from rmqlake.steps.compact import compact
 from rmqlake.steps.expire import expire
-from rmqlake.steps.ingest import ingest, open_lake
+from rmqlake.steps.ingest import ingest
 from rmqlake.steps.offsets import lag, load_offsets
 from rmqlake.steps.quality import _context, _validate, project_dir, quality, suite_inputs
 from rmqlake.steps.reput import reput
@@ -48,7 +49,7 @@ def lake_settings(spark, tmp_path_factory):
     assert compact(spark, settings)["messages_kept"] > 10
     expired = expire(spark, settings, now=datetime(2026, 11, 24, 4, tzinfo=UTC))
     assert expired["segments_deleted"] == 10 and expired["index_files_deleted"] >= 1
-    assert open_lake(settings).state()["expire"]["queue_min_offsets"]
+    assert Lake.from_settings(settings).state().queue_min_offsets
     # the generator's hourly snapshots, and a group that never consumed: below the queues expiry corrected
     stuck = root / "in" / "offsets" / "consumerOffset-20261121T030000Z.json"
     stuck.write_text('{"offsetTable":{"OrderEvents@cg_stuck":{' + ",".join(f"{q}:0" for q in range(8)) + "}}}")
@@ -58,7 +59,7 @@ def lake_settings(spark, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tables(spark, lake_settings):
-    lake = open_lake(lake_settings)
+    lake = Lake.from_settings(lake_settings)
     names = ["commitlog", "segments", "rejected", "consumequeue", "indexfile", "indexfile_header", "compaction_log"]
     names += ["ingest_files", "consumer_offsets"]
     inputs = suite_inputs(spark, lake, lake.state(), names)
@@ -78,7 +79,7 @@ def failures(spark, settings, suite_name: str, tables: dict, tmp_path) -> dict[s
 def expected_warnings(settings) -> dict[str, int]:
     """What the warning suites must find, computed without Spark or GX: batches rejecting more than
     quality.max_reject_ratio of their lines, and latest group offsets below their queue's min (from `rmqlake lag`)."""
-    lake = open_lake(settings)
+    lake = Lake.from_settings(settings)
     lines, rejects = defaultdict(int), defaultdict(int)
     for row in lake.read_arrow("ingest_files").to_pylist():
         lines[row["batch_id"]] += row["lines"]
@@ -95,14 +96,14 @@ def test_quality_passes_on_good_data_keeps_results_and_builds_data_docs(spark, l
     metrics = quality(spark, lake_settings)
     assert metrics["status"] == "checked" and metrics["critical_failures"] == 0
     assert {s["suite"] for s in metrics["suites"]} == set(SUITES)
-    rows = open_lake(lake_settings).read_arrow("dq_results").to_pylist()
+    rows = Lake.from_settings(lake_settings).read_arrow("dq_results").to_pylist()
     assert len(rows) == sum(s["expectations"] for s in metrics["suites"])
     assert all(r["success"] for r in rows if r["severity"] == "critical")
     # the fixture's input is 2 % bad lines and cg_audit lags behind expiry: warnings, reported, not fatal
     warned = {r["suite"]: json.loads(r["observed"])["unexpected_count"] for r in rows if not r["success"]}
     assert warned == expected_warnings(lake_settings) and all(warned.values())
     assert metrics["warnings"] == len(warned)
-    commitlog_version = open_lake(lake_settings).version("commitlog")
+    commitlog_version = Lake.from_settings(lake_settings).version("commitlog")
     assert {r["table_version"] for r in rows if r["table_name"] == "commitlog"} == {commitlog_version}
     observed = json.loads(next(r["observed"] for r in rows if "CRC" in r["expectation"]))
     assert observed["element_count"] > 200 and observed["unexpected_count"] == 0
@@ -121,7 +122,7 @@ def test_quality_passes_on_good_data_keeps_results_and_builds_data_docs(spark, l
     assert again["status"] == "already_checked" and again["suites"] == [
         {**s, "seconds": 0.0, "run_id": metrics["run_id"]} for s in metrics["suites"]
     ]
-    assert len(open_lake(lake_settings).read_arrow("dq_results")) == len(rows)
+    assert len(Lake.from_settings(lake_settings).read_arrow("dq_results")) == len(rows)
 
     code = main(["quality", "--suite", "nope", "--conf", str(CONF), "--lake", lake_settings.lake.root])
     assert code == 2 and "allowed: commitlog, commitlog.critical" in capsys.readouterr().err
@@ -131,7 +132,7 @@ def test_quality_passes_on_good_data_keeps_results_and_builds_data_docs(spark, l
 
 def test_the_run_report_draws_what_the_tables_hold(spark, lake_settings):
     """The per-run page and its plots; its figures agree with the tables and with `rmqlake lag` (pyarrow scans)."""
-    lake = open_lake(lake_settings)
+    lake = Lake.from_settings(lake_settings)
     data = report.gather(spark, lake, lake_settings)
     batches = data["rejects_per_batch"]
     assert sum(b["rejected"] for b in batches) == len(lake.read_arrow("rejected"))
@@ -226,7 +227,7 @@ def test_a_critical_failure_exits_non_zero_and_is_kept(spark, lake_settings, tmp
 
     copy = tmp_path / "lake"
     shutil.copytree(lake_settings.lake.root, copy)
-    commitlog = pa.table(open_lake(make_settings(copy)).read_arrow("commitlog"))
+    commitlog = pa.table(Lake.from_settings(make_settings(copy)).read_arrow("commitlog"))
     crcs = commitlog.column("body_crc").to_pylist()
     crcs[0] ^= 1
     broken = commitlog.set_column(commitlog.schema.get_field_index("body_crc"), "body_crc", pa.array(crcs, pa.int32()))
@@ -235,12 +236,12 @@ def test_a_critical_failure_exits_non_zero_and_is_kept(spark, lake_settings, tmp
     out = capsys.readouterr()
     assert code == 1
     assert "commitlog.critical" in out.out and "FAILED" in out.err
-    rows = open_lake(make_settings(copy)).read_arrow("dq_results").to_pylist()
+    rows = Lake.from_settings(make_settings(copy)).read_arrow("dq_results").to_pylist()
     (crc,) = [r for r in rows if not r["success"] and r["severity"] == "critical"]  # + the good run's rows
     assert "CRC" in crc["expectation"] and json.loads(crc["observed"])["unexpected_count"] == 1
     # a retry of the failed task checks nothing new and fails again: the failure stands until the data changes
     again = main(["quality", "--suite", "commitlog", "--conf", str(CONF), "--env", "test", "--lake", str(copy)])
-    assert again == 1 and len(open_lake(make_settings(copy)).read_arrow("dq_results")) == len(rows)
+    assert again == 1 and len(Lake.from_settings(make_settings(copy)).read_arrow("dq_results")) == len(rows)
 
 
 def test_consumequeue_and_indexfile_invariants_fail_on_their_corruption(spark, lake_settings, tables, tmp_path):

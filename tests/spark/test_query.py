@@ -11,7 +11,8 @@ import pytest
 from rmqlake import cli
 from rmqlake import query as Q
 from rmqlake.generate import TopicPlan, generate
-from rmqlake.steps.ingest import ingest, open_lake
+from rmqlake.lake import Lake
+from rmqlake.steps.ingest import ingest
 from rmqlake.steps.reput import reput
 from tests.conftest import CONF, make_settings
 from tests.reference import RefBroker, RefConfig, RefDispatcher
@@ -59,7 +60,7 @@ def store(spark, tmp_path_factory, java_oracle):
         ref.dispatch(message)
     return {
         "settings": settings,
-        "lake": open_lake(settings),
+        "lake": Lake.from_settings(settings),
         "broker": broker,
         "ref": ref,
         "root": root,

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from rmqlake.generate import TopicPlan, generate
+from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table
-from rmqlake.steps.ingest import ingest, open_lake
+from rmqlake.steps.ingest import ingest
 from rmqlake.steps.reput import reput
 from tests.conftest import make_settings
 from tests.reference import RefBroker, RefConfig, RefDispatcher
@@ -47,7 +48,7 @@ def reference(java_oracle, files_per_batch: list[list[str]], **dispatcher) -> tu
 
 
 def table(spark, settings, name, order):
-    return [r.asDict() for r in read_table(spark, open_lake(settings), name).orderBy(*order).collect()]
+    return [r.asDict() for r in read_table(spark, Lake.from_settings(settings), name).orderBy(*order).collect()]
 
 
 def assert_tables_match(spark, settings, ref: RefDispatcher) -> None:
@@ -58,7 +59,9 @@ def assert_tables_match(spark, settings, ref: RefDispatcher) -> None:
     assert len(index) == len(expected)
     for got, want in zip(index, expected, strict=True):
         assert {k: got[k] for k in want} == want, (got, want)
-    headers = sorted(open_lake(settings).read_arrow("indexfile_header").to_pylist(), key=lambda h: h["index_file"])
+    headers = sorted(
+        Lake.from_settings(settings).read_arrow("indexfile_header").to_pylist(), key=lambda h: h["index_file"]
+    )
     assert headers == ref.header_rows()
 
 
@@ -82,9 +85,9 @@ def test_reput_matches_the_reference_dispatcher(spark, tmp_path, java_oracle):
     assert metrics["index_entries"] == len(ref.index_rows())
     assert len(ref.files) > 10 and metrics["index_files_created"] == len(ref.files)
     assert_tables_match(spark, settings, ref)
-    state = open_lake(settings).state()
-    assert state["reput"]["dispatched_offset"] == broker.next_offset
-    assert state["reput"]["index_msg_timestamp"] == ref.index_msg_timestamp
+    state = Lake.from_settings(settings).state()
+    assert state.dispatched_offset == broker.next_offset
+    assert state.reput.index_msg_timestamp == ref.index_msg_timestamp
     assert reput(spark, settings)["status"] == "up_to_date"
 
 
@@ -142,4 +145,4 @@ def test_index_switch_and_transaction_types(spark, tmp_path, java_oracle):
     ingest(spark, off, input_path=str(path))
     metrics = reput(spark, off)
     assert metrics["index_entries"] == 0 and metrics["cq_units"] == 3
-    assert not open_lake(off).exists("indexfile")
+    assert not Lake.from_settings(off).exists("indexfile")

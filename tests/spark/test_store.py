@@ -16,9 +16,10 @@ from rmqlake.errors import LakeStateError
 from rmqlake.formats.indexfile import index_file_size
 from rmqlake.formats.store import Checkpoint
 from rmqlake.generate import TopicPlan, generate
+from rmqlake.lake import Lake
 from rmqlake.query import query_key
 from rmqlake.steps.expire import expire
-from rmqlake.steps.ingest import ingest, open_lake
+from rmqlake.steps.ingest import ingest
 from rmqlake.steps.offsets import load_offsets
 from rmqlake.steps.reput import reput
 from rmqlake.steps.store import export_store, import_store
@@ -53,7 +54,7 @@ def checksums(store: Path, *parts: str) -> dict[str, str]:
 
 
 def rows(settings, table: str, columns: list[str]) -> list[dict]:
-    data = open_lake(settings).read_arrow(table, columns=columns).to_pylist()
+    data = Lake.from_settings(settings).read_arrow(table, columns=columns).to_pylist()
     for row in data:
         if isinstance(row.get("properties"), list):
             row["properties"] = sorted(row["properties"])
@@ -78,7 +79,7 @@ def built(spark, tmp_path_factory):
     (hours[0] / "retry.jsonl").write_text(json.dumps(retry) + "\n")
     first = ingest(spark, settings, input_path=str(hours[0]))
     reput(spark, settings)
-    first_seq = open_lake(settings).ledger().seq
+    first_seq = Lake.from_settings(settings).ledger().seq
     ingest(spark, settings, input_path=str(hours[1]))
     reput(spark, settings)
     load_offsets(settings, input_path=str(root / "in" / "offsets"))
@@ -98,18 +99,18 @@ def test_the_exported_store_is_what_the_spec_reader_expects(built):
     assert {p.name for p in store.iterdir()} == {"commitlog", "consumequeue", "index", "checkpoint", "config"}
 
     units = store_reader.check_consume_queues(store, walk, units_per_file=UNITS, min_offsets={})
-    assert units == len(open_lake(settings).read_arrow("consumequeue", columns=["queue_offset"]))
+    assert units == len(Lake.from_settings(settings).read_arrow("consumequeue", columns=["queue_offset"]))
     files = store_reader.index_files(store)
     assert len(files) >= 2 and all(f.stat().st_size == index_file_size(SLOTS, ENTRIES) for f in files)
     entries = sum(store_reader.check_index_file(f, walk, slots=SLOTS, min_offset=0) for f in files)
-    assert entries == len(open_lake(settings).read_arrow("indexfile", columns=["index_no"]))
+    assert entries == len(Lake.from_settings(settings).read_arrow("indexfile", columns=["index_no"]))
 
-    state = open_lake(settings).state()
+    state = Lake.from_settings(settings).state()
     checkpoint = Checkpoint.decode((store / "checkpoint").read_bytes())
     assert (store / "checkpoint").stat().st_size == 4096
-    assert checkpoint.physic_msg_timestamp == state["commitlog"]["physic_msg_timestamp"]
-    assert checkpoint.logics_msg_timestamp == state["reput"]["logics_msg_timestamp"]
-    assert state["commitlog"]["next_offset"] == max(o + r["size"] for o, r in walk.records.items())
+    assert checkpoint.physic_msg_timestamp == state.commitlog.physic_msg_timestamp
+    assert checkpoint.logics_msg_timestamp == state.reput.logics_msg_timestamp
+    assert state.next_offset == max(o + r["size"] for o, r in walk.records.items())
     assert checkpoint.confirm_phy_offset == max(walk.records)  # recovery's lastValidMsgPhyOffset: the last start
     assert checkpoint.master_flushed_offset == 0
     topics = json.loads((store / "config" / "topics.json").read_text())["topicConfigTable"]
@@ -123,7 +124,7 @@ def test_the_exported_store_is_what_the_spec_reader_expects(built):
         "cg_audit": ("cg_audit", True),
     }
 
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     keyed = [r for r in walk.records.values() if r["properties"].get("KEYS") and r["topic"] == "OrderEvents"]
     for record in keyed[:: max(1, len(keyed) // 5)][:5]:  # a key query done on the index file bytes
         key = record["properties"]["KEYS"].split(" ")[0]
@@ -145,7 +146,7 @@ def test_exported_files_carry_the_time_the_broker_last_wrote_them(built):
         expected = after["first_store_timestamp"] if after else segment["last_store_timestamp"]
         assert mtime_ms(store / "commitlog" / segment["segment"]) == expected, segment["segment"]
     assert segments[0]["last_store_timestamp"] <= segments[1]["first_store_timestamp"]
-    units = open_lake(settings).read_arrow("consumequeue").to_pylist()
+    units = Lake.from_settings(settings).read_arrow("consumequeue").to_pylist()
     last_unit: dict[tuple, dict] = {}
     for unit in units:
         key = (unit["topic"], unit["queue_id"], unit["cq_file"])
@@ -153,7 +154,7 @@ def test_exported_files_carry_the_time_the_broker_last_wrote_them(built):
             last_unit[key] = unit
     for (topic, queue, name), unit in last_unit.items():
         assert mtime_ms(store / "consumequeue" / topic / str(queue) / name) == unit["store_timestamp"]
-    for header in open_lake(settings).read_arrow("indexfile_header").to_pylist():
+    for header in Lake.from_settings(settings).read_arrow("indexfile_header").to_pylist():
         assert mtime_ms(store / "index" / header["index_file"]) == header["end_timestamp"]
 
 
@@ -168,7 +169,7 @@ def test_time_travel_exports_the_store_as_it_was_after_a_run(spark, built):
     assert active_then not in walk.blanks and active_then in now_walk.blanks  # sealed later
     assert all(now_walk.records[o] == r for o, r in walk.records.items())  # the same bytes, as far as they go
 
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     lake.travel_to(seq=built["first_seq"])
     stamp = lake.ledger().committed_at.isoformat()
     again = export_store(spark, settings, out=str(root / "then-by-time"), as_of=stamp)
@@ -209,9 +210,11 @@ def test_import_reports_corrupt_records_with_file_and_offset_and_goes_on(spark, 
     settings = make_settings(root / "lake3", *SMALL)
     result = import_store(spark, settings, store_dir=str(broken))
     assert result["corrupt_records"] >= 1 and result["messages"] <= len(walk.records) - 1
-    (reject,) = [r for r in open_lake(settings).read_arrow("rejected").to_pylist() if str(victim) in r["reason"]]
+    (reject,) = [
+        r for r in Lake.from_settings(settings).read_arrow("rejected").to_pylist() if str(victim) in r["reason"]
+    ]
     assert str(first) in reject["reason"] and f"offset {victim}" in reject["reason"]
-    imported = {r["physical_offset"] for r in open_lake(settings).read_arrow("commitlog").to_pylist()}
+    imported = {r["physical_offset"] for r in Lake.from_settings(settings).read_arrow("commitlog").to_pylist()}
     assert victim not in imported and imported >= {o for o in walk.records if o >= SEGMENT}  # the rest goes on
 
 
@@ -241,7 +244,7 @@ def test_import_rejects_what_the_lake_could_not_write_back_and_loses_no_byte_ran
     settings = make_settings(root / "lake4", *SMALL)
     result = import_store(spark, settings, store_dir=str(hostile))
     assert result["status"] == "imported" and result["corrupt_records"] == 4
-    lake = open_lake(settings)
+    lake = Lake.from_settings(settings)
     rejected = sorted(lake.read_arrow("rejected").to_pylist(), key=lambda r: r["raw"])
     bad = sorted((topic_at, port_at, properties_at, zeroed_at))
     sizes = {o: walk.records[o]["size"] for o in bad}
@@ -277,8 +280,7 @@ def test_after_expiry_the_export_is_what_the_broker_disk_holds(spark, built):
     assert min(walk.records) == minimum and sorted(p.name for p in (store / "commitlog").iterdir())[0] == (
         f"{minimum:020d}"
     )
-    state = open_lake(settings).state()["expire"]
-    min_offsets = {(k.split("\t")[0], int(k.split("\t")[1])): v for k, v in state["queue_min_offsets"].items()}
+    min_offsets = Lake.from_settings(settings).state().queue_min_offsets
     store_reader.check_consume_queues(store, walk, units_per_file=UNITS, min_offsets=min_offsets)
     for index in store_reader.index_files(store):
         store_reader.check_index_file(index, walk, slots=SLOTS, min_offset=minimum)

@@ -10,6 +10,7 @@ import pytest
 
 from rmqlake import cli
 from rmqlake.lake import Lake
+from rmqlake.lake.state import CommitlogState, LakeState
 from rmqlake.lake.tables import SEGMENTS
 from rmqlake.transforms.segments import segment_size_problem
 from tests.conftest import CONF
@@ -115,11 +116,7 @@ def _lake_with_segments(root, rows, *, next_offset: int, recorded: int | None = 
     defaults = {"message_count": 1, "padding_bytes": 0, "first_store_timestamp": 1, "last_store_timestamp": 2}
     table = pa.Table.from_pylist([{**defaults, **row} for row in rows], schema=SEGMENTS.arrow_schema)
     run_.stage_arrow("segments", table, mode="overwrite")
-    state = run_.state.setdefault("commitlog", {})
-    state["next_offset"] = next_offset
-    if recorded is not None:
-        state["segment_size"] = recorded
-    run_.commit()
+    run_.commit(state=LakeState(commitlog=CommitlogState(next_offset=next_offset, segment_size=recorded)))
 
 
 def _segment(start: int, end: int, status: str) -> dict:

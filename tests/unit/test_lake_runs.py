@@ -9,6 +9,7 @@ import pytest
 
 from rmqlake.errors import CommitConflictError
 from rmqlake.lake import Lake, run_with_retries
+from rmqlake.lake.state import LakeState, ReputState
 from rmqlake.lake.tables import INGEST_FILES
 
 
@@ -17,8 +18,7 @@ def _commit_one_file(lake: Lake, path: str) -> None:
     run = lake.begin("other")
     row = {name: None for name in INGEST_FILES.columns} | {"path": path, "size_bytes": 1, "batch_id": path}
     run.stage_arrow("ingest_files", pa.Table.from_pylist([row]), mode="append")
-    run.state["marker"] = path
-    run.commit()
+    run.commit(state=LakeState(reput=ReputState(dispatched_offset=len(path))))
 
 
 def test_an_error_raised_while_another_run_committed_is_a_lost_race(tmp_path):
@@ -26,7 +26,7 @@ def test_an_error_raised_while_another_run_committed_is_a_lost_race(tmp_path):
     seen = []
 
     def work(run):
-        seen.append((run.base.seq, run.state.get("marker")))
+        seen.append((run.base.seq, run.state.dispatched_offset))
         if len(seen) == 1:
             # another run commits while this one works; this one then trips over the mixed state
             _commit_one_file(Lake(str(tmp_path / "lake")), "concurrent")
@@ -36,7 +36,7 @@ def test_an_error_raised_while_another_run_committed_is_a_lost_race(tmp_path):
 
     result = run_with_retries(lake, "ingest", work, retries=2)
 
-    assert seen == [(0, None), (1, "concurrent")]
+    assert seen == [(0, 0), (1, len("concurrent"))]
     assert result == {"seq": 2}
     assert lake.ledger().seq == 2
 

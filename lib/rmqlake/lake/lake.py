@@ -8,7 +8,6 @@ files of each table it changes, and calls ``run.commit(state=...)``. See
 from __future__ import annotations
 
 import bisect
-import copy
 import io
 import logging
 import os
@@ -17,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -28,8 +27,12 @@ from rmqlake.lake.actions import DataFile, parquet_stats, partition_values_from_
 from rmqlake.lake.deltars import DeltaRsEngine
 from rmqlake.lake.deltaspark import DeltaSparkEngine
 from rmqlake.lake.ledger import LEDGER_APP_ID, LedgerEntry, commit_ledger, read_ledger
+from rmqlake.lake.state import LakeState
 from rmqlake.lake.storage import Storage, normalize_root
 from rmqlake.lake.tables import TABLES, table_spec
+
+if TYPE_CHECKING:
+    from rmqlake.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,17 @@ class Lake:
         self._ledger: LedgerEntry | None = None  # read-only lakes with a half-applied run: the entry before it
         if read_only:
             self._pin_consistent_versions()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, read_only: bool = False) -> Lake:
+        """The lake of ``settings`` (``read_only``: pinned snapshots for lookups)."""
+        return cls(
+            settings.lake.root,
+            storage_options=settings.lake.storage_options,
+            engine=settings.lake.engine,
+            staging_grace_hours=settings.lake.staging_grace_hours,
+            read_only=read_only,
+        )
 
     def _pin_consistent_versions(self) -> None:
         """Readers see the lake as of the last fully applied run.
@@ -292,7 +306,7 @@ class Lake:
             return self._ledger
         return read_ledger(self.root, storage_options=self.storage_options)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> LakeState:
         """The lake state of the latest committed run."""
         return self.ledger().state
 
@@ -410,8 +424,8 @@ class Lake:
 class LakeRun:
     """One job run's changes to the lake, decided by a single ledger commit.
 
-    ``state`` is a private copy of the lake state; the job updates it and
-    passes it to ``commit``.
+    ``state`` is the lake state the run started from; the job derives the new
+    state from it (``dataclasses.replace``) and passes that to ``commit``.
     """
 
     def __init__(self, lake: Lake, *, job: str, run_id: str, base: LedgerEntry, batch_id: str | None):
@@ -421,7 +435,7 @@ class LakeRun:
         self.base = base
         self.batch_id = batch_id
         self.seq = base.seq + 1
-        self.state: dict[str, Any] = copy.deepcopy(base.state)
+        self.state: LakeState = base.state
         self.ops: dict[str, TableOp] = {}
         self.committed = False
 
@@ -495,8 +509,15 @@ class LakeRun:
         """Remove whole files from ``table`` in this run's commit (nothing is rewritten)."""
         self.op(table).removes.extend(files)
 
-    def commit(self, *, state: Mapping[str, Any] | None = None) -> dict[str, int | None]:
+    def ensure_tables(self) -> None:
+        """Create the tables this run changes that do not exist yet (empty, at version 0)."""
+        for name in self.ops:
+            self.lake.engine.ensure_table(table_spec(name))
+
+    def commit(self, *, state: LakeState | None = None) -> dict[str, int | None]:
         """Decide the run (ledger commit), then make it visible table by table.
+
+        ``state`` is the lake state after the run (``None``: unchanged).
 
         Returns:
             The new version of each table the run changed.
@@ -506,8 +527,7 @@ class LakeRun:
                 run is visible and its staged files are removed.
         """
         manifest = [op.to_json() for op in self.ops.values()]
-        for name in self.ops:
-            self.lake.engine.ensure_table(table_spec(name))
+        self.ensure_tables()
         _crash_point("before-ledger-commit")
         try:
             commit_ledger(
@@ -517,7 +537,7 @@ class LakeRun:
                 job=self.job,
                 run_id=self.run_id,
                 batch_id=self.batch_id,
-                state=dict(state if state is not None else self.state),
+                state=state if state is not None else self.state,
                 manifest=manifest,
                 storage_options=self.lake.storage_options,
             )

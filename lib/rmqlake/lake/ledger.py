@@ -30,6 +30,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from rmqlake.errors import CommitConflictError, LakeStateError
+from rmqlake.lake.state import LakeState
 
 LEDGER_TABLE = "_rmqlake_ledger"
 LEDGER_APP_ID = "rmqlake.ledger"
@@ -56,7 +57,7 @@ class LedgerEntry:
     run_id: str | None = None
     batch_id: str | None = None
     committed_at: datetime | None = None
-    state: dict[str, Any] = field(default_factory=dict)
+    state: LakeState = field(default_factory=LakeState)
     manifest: list[dict[str, Any]] = field(default_factory=list)
     handle: DeltaTable | None = None
 
@@ -93,7 +94,7 @@ def read_ledger(
         run_id=row["run_id"],
         batch_id=row["batch_id"],
         committed_at=row["committed_at"],
-        state=json.loads(row["state"]),
+        state=LakeState.from_json(json.loads(row["state"])),
         manifest=json.loads(row["manifest"]),
         handle=dt,
     )
@@ -107,7 +108,7 @@ def commit_ledger(
     job: str,
     run_id: str,
     batch_id: str | None,
-    state: dict[str, Any],
+    state: LakeState,
     manifest: list[dict[str, Any]],
     storage_options: dict[str, str] | None = None,
 ) -> int:
@@ -123,7 +124,7 @@ def commit_ledger(
             "run_id": [run_id],
             "batch_id": [batch_id],
             "committed_at": [datetime.now(UTC)],
-            "state": [json.dumps(state, sort_keys=True)],
+            "state": [json.dumps(state.to_json(), sort_keys=True)],
             "manifest": [json.dumps(manifest, sort_keys=True)],
         },
         schema=LEDGER_SCHEMA,

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import datetime
 
 from pyspark.sql import functions as F
 
 from rmqlake.config import Settings
 from rmqlake.errors import UsageError
 from rmqlake.formats.segment import segment_file_name, segment_start
-from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table, stage_dataframe
+from rmqlake.lake.state import CompactionState, LakeState
 from rmqlake.lake.tables import COMMITLOG
 from rmqlake.progress import Stages
-from rmqlake.steps.ingest import open_lake
+from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.transforms import compaction as T
 
 log = logging.getLogger(__name__)
@@ -35,20 +37,18 @@ def compact(spark, settings: Settings, *, topic: str | None = None, now: datetim
     """Compact every COMPACTION topic (or only ``topic``) up to the reput's dispatch position.
 
     Returns:
-        Metrics: ``topics``, ``queues_rewritten``, ``messages_read``,
-        ``keys``, ``messages_kept``, ``tombstones_applied``, ``bytes_before``
-        and ``bytes_after`` (of the rewritten queues), ``ratio``
-        (after/before), ``seconds``, ``table_versions``, ``status``.
+        Metrics: the stable ones (``rows_in`` messages read, ``rows_out``
+        messages kept, ...), ``topics``, ``queues_rewritten``,
+        ``messages_read``, ``keys``, ``messages_kept``, ``tombstones_applied``,
+        ``bytes_before`` and ``bytes_after`` (of the rewritten queues),
+        ``ratio`` (after/before), ``status``.
     """
     topics = _selected_topics(settings, topic)
-    lake = open_lake(settings)
-    started = time.monotonic()
-    now = now or datetime.now(UTC)
 
-    def work(run: LakeRun) -> dict:
-        return _compact(spark, settings, lake, run, topics=topics, started=started, now=now)
+    def work(step: StepRun) -> dict:
+        return _compact(spark, settings, step, topics=topics)
 
-    return run_with_retries(lake, "compact", work, retries=settings.lake.commit_retries)
+    return run_step("compact", settings, work, now=now)
 
 
 def _selected_topics(settings: Settings, topic: str | None) -> list[str]:
@@ -63,12 +63,11 @@ def _selected_topics(settings: Settings, topic: str | None) -> list[str]:
     return [topic]
 
 
-def _compact(
-    spark, settings: Settings, lake: Lake, run: LakeRun, *, topics: list[str], started: float, now: datetime
-) -> dict:
-    dispatched = int(run.state.get("reput", {}).get("dispatched_offset", 0))
-    state = run.state.setdefault("compaction", {})
-    positions = {t: int(state.get("positions", {}).get(t, 0)) for t in topics}
+def _compact(spark, settings: Settings, step: StepRun, *, topics: list[str]) -> dict:
+    lake, run, started = step.lake, step.run, step.started
+    dispatched = run.state.dispatched_offset
+    compaction = run.state.compaction or CompactionState()
+    positions = {t: compaction.positions.get(t, 0) for t in topics}
     minimum = lake.min_physical_offset()
     for name, position in positions.items():
         if position < minimum:  # expired before it was compacted: the broker cannot copy it either
@@ -103,10 +102,10 @@ def _compact(
             (r["topic"], r["queue_id"]) for r in new.select("topic", "queue_id").distinct().collect()
         )  # one row per queue: driver memory follows queues, not messages
         note.update(queues=len(queues))
-    for name in pending:
-        state.setdefault("positions", {})[name] = dispatched
+    compaction = CompactionState(positions={**compaction.positions, **{name: dispatched for name in pending}})
+    state = replace(run.state, compaction=compaction)
     if not queues:
-        return _commit(run, metrics, stages, started=started, now=now, dispatched=dispatched)
+        return _commit(step, state, metrics, stages, dispatched=dispatched)
 
     removed_log = _partition_files(lake, "compaction_log", queues)
     removed_cq = _partition_files(lake, "compaction_cq", queues)
@@ -135,23 +134,17 @@ def _compact(
             note.update(units=stats["messages_kept"])
     run.remove("compaction_log", removed_log)
     run.remove("compaction_cq", removed_cq)
-    metrics.update(stats, queues_rewritten=len(queues))
+    metrics.update(stats, queues_rewritten=len(queues), rows_in=stats["messages_read"], rows_out=stats["messages_kept"])
     metrics["ratio"] = round(stats["bytes_after"] / stats["bytes_before"], 4) if stats["bytes_before"] else None
-    return _commit(run, metrics, stages, started=started, now=now, dispatched=dispatched)
+    return _commit(step, state, metrics, stages, dispatched=dispatched)
 
 
-def _commit(run: LakeRun, metrics: dict, stages: Stages, *, started: float, now: datetime, dispatched: int) -> dict:
+def _commit(step: StepRun, state: LakeState, metrics: dict, stages: Stages, *, dispatched: int) -> dict:
+    run, started = step.run, step.started
     for table in COMPACTED_TABLES:
         run.op(table).app_transactions[POSITION_APP_ID] = dispatched
-    run.state.setdefault("runs", {})["compact"] = {
-        "seq": run.seq,
-        "run_id": run.run_id,
-        "at": now.isoformat(),
-        **{k: v for k, v in metrics.items() if k != "from_offsets"},
-        "seconds": _since(started),
-    }
     with stages("commit"):
-        versions = run.commit()
+        versions = step.commit(state, record={k: v for k, v in metrics.items() if k != "from_offsets"})
     metrics.update(
         status="compacted",
         table_versions=versions,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import pyarrow as pa
@@ -26,12 +26,13 @@ from rmqlake.errors import CheckFailedError
 from rmqlake.formats import retention as R
 from rmqlake.formats.consumequeue import CQ_UNIT_SIZE
 from rmqlake.formats.indexfile import index_file_size
-from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake import Lake
 from rmqlake.lake.actions import DataFile, partition_values_from_path
 from rmqlake.lake.spark_io import group_folder, read_table
+from rmqlake.lake.state import ExpireState, LakeState, QueueId
 from rmqlake.lake.tables import INDEXFILE_HEADER, SEGMENTS
 from rmqlake.progress import Stages
-from rmqlake.steps.ingest import open_lake
+from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.timeutil import iso
 
 log = logging.getLogger(__name__)
@@ -66,26 +67,25 @@ def expire(spark, settings: Settings, *, now: datetime, dry_run: bool = False, m
         with ``dry_run``, to delete: name, bytes, reason, messages per topic),
         ``segments_retained`` (expired segments kept, each with why; also
         recorded in their ``segments`` row), ``cq_files_deleted``, ``index_files_deleted``, ``min_physical_offset``,
-        ``data_loss`` (unconsumed messages per group and topic), ``status``.
+        ``data_loss`` (unconsumed messages per group and topic), ``status``;
+        and the stable ones (``rows_in`` and ``rows_out`` are 0: expiry
+        removes whole files).
     """
-    lake = open_lake(settings)
-    started = time.monotonic()
 
-    def work(run: LakeRun) -> dict:
-        return _expire(spark, settings, lake, run, now=now, dry_run=dry_run, manual=manual, started=started)
+    def work(step: StepRun) -> dict:
+        return _expire(spark, settings, step, dry_run=dry_run, manual=manual)
 
-    return run_with_retries(lake, "expire", work, retries=settings.lake.commit_retries)
+    return run_step("expire", settings, work, now=now)
 
 
-def _expire(
-    spark, settings: Settings, lake: Lake, run: LakeRun, *, now: datetime, dry_run: bool, manual: bool, started: float
-) -> dict:
+def _expire(spark, settings: Settings, step: StepRun, *, dry_run: bool, manual: bool) -> dict:
+    lake, run, now, started = step.lake, step.run, step.now, step.started
     retention, store = settings.retention, settings.store
     now_ms = int(now.timestamp() * 1000)
-    state = run.state.setdefault("expire", {})
+    state = run.state.expire or ExpireState()
     check = _check_inputs(settings, run.state, now_ms=now_ms)
-    applied = state.get("applied")
-    same = applied == check if applied is not None else state.get("last_now") == now_ms  # lakes before "applied"
+    applied = state.applied
+    same = applied == check if applied is not None else state.last_now == now_ms  # lakes before "applied"
     if same and not manual and not dry_run:
         log.info(
             "expire as of %s with these retention settings on this store was already applied (ledger seq %s); "
@@ -114,12 +114,12 @@ def _expire(
     )
     disk = R.check_disk(
         used / retention.disk_capacity_bytes,
-        was_full=bool(state.get("disk_full", False)),
+        was_full=state.disk_full,
         max_used_ratio=retention.disk_max_used_ratio,
         clean_forcibly=retention.disk_clean_forcibly_ratio,
         warning=retention.disk_warning_ratio,
     )
-    manual_left = R.MAX_MANUAL_DELETE_RUNS if manual else int(state.get("manual_runs_left", 0))
+    manual_left = R.MAX_MANUAL_DELETE_RUNS if manual else state.manual_runs_left
     trigger = R.decide(
         now_ms=now_ms,
         delete_when=retention.delete_when,
@@ -155,7 +155,7 @@ def _expire(
             if doomed
             else []
         )
-        min_offsets = dict(state.get("queue_min_offsets", {}))
+        min_offsets = dict(state.queue_min_offsets)
         corrected = _corrected_min_offsets(lake, queues, cq_doomed, new_min, store) if doomed else {}
         note.update(cq_files=sum(len(v) for v in cq_doomed.values()), index_files=len(index_doomed))
     plan_segments = _segment_plan(spark, lake, doomed, segment_size=store.commitlog_segment_size)
@@ -204,9 +204,7 @@ def _expire(
     reasons = {segment.segment: reason for segment, reason in doomed}
     rows = [_segment_row(s, now, deleted=reasons.get(s["segment"]), kept=kept.get(s["segment"])) for s in segments]
     explained = rows != segments  # a segment deleted, or an explanation of a kept one that changed
-    unchanged = state.get("disk_full", False) == disk.disk_full and trigger.manual_runs_left == int(
-        state.get("manual_runs_left", 0)
-    )
+    unchanged = state.disk_full == disk.disk_full and trigger.manual_runs_left == state.manual_runs_left
     if not explained and unchanged:  # nothing to delete or explain and no flag moved: no commit at all
         return {**metrics, "status": "nothing_to_delete", "table_versions": {}, "seconds": _since(started)}
     if explained:
@@ -224,8 +222,8 @@ def _expire(
         )
     for table in run.ops:
         run.op(table, mode=run.ops[table].mode).app_transactions[EXPIRE_APP_ID] = now_ms
-    min_offsets.update({f"{t}\t{q}": v for (t, q), v in corrected.items()})
-    state.update(
+    min_offsets.update({QueueId(t, q): v for (t, q), v in corrected.items()})
+    state = ExpireState(
         applied=check,
         last_now=now_ms,
         disk_full=disk.disk_full,
@@ -235,14 +233,8 @@ def _expire(
     )
     summary = {k: v for k, v in metrics.items() if k not in ("segments", "data_loss", "segments_retained")}
     summary["segments_retained"] = len(kept)
-    run.state.setdefault("runs", {})["expire"] = {
-        "seq": run.seq,
-        "run_id": run.run_id,
-        "at": now.isoformat(),
-        **summary,
-    }
     with stages("commit"):
-        versions = run.commit()
+        versions = step.commit(replace(run.state, expire=state), record=summary)
     return {
         **metrics,
         "status": "deleted" if doomed else "nothing_to_delete",
@@ -253,7 +245,7 @@ def _expire(
     }
 
 
-def _check_inputs(settings: Settings, state: dict, *, now_ms: int) -> dict:
+def _check_inputs(settings: Settings, state: LakeState, *, now_ms: int) -> dict:
     """What an expire run's decisions depend on: ``now``, the retention settings, the sizes the disk usage is
     counted in, and the store (commitlog end and dispatch position: new data or new CQ and index files).
 
@@ -266,8 +258,8 @@ def _check_inputs(settings: Settings, state: dict, *, now_ms: int) -> dict:
         "retention": settings.retention.model_dump(mode="json"),
         "timezone": settings.broker.timezone,
         "sizes": [store.commitlog_segment_size, store.cq_units_per_file, store.index_slots, store.index_max_entries],
-        "next_offset": int(state.get("commitlog", {}).get("next_offset", 0)),
-        "dispatched_offset": int(state.get("reput", {}).get("dispatched_offset", 0)),
+        "next_offset": state.next_offset,
+        "dispatched_offset": state.dispatched_offset,
     }
 
 
@@ -390,7 +382,7 @@ def _data_loss(lake: Lake, queues: dict, min_offsets: dict, corrected: dict) -> 
     for (group, topic, queue), offset in snapshot.items():
         if (topic, queue) not in corrected or (topic, queue) not in queues:
             continue
-        before = min_offsets.get(f"{topic}\t{queue}")
+        before = min_offsets.get(QueueId(topic, queue))
         if before is None:
             before = min(queues[(topic, queue)].min_queue_offset.values())
         gone = corrected[(topic, queue)] - max(offset, before)

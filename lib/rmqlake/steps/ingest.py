@@ -6,6 +6,7 @@ import hashlib
 import logging
 import math
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -25,8 +26,10 @@ from rmqlake.ingest.tasks import (
     plan_partitions,
     split_tasks,
 )
-from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake import Lake, LakeRun
+from rmqlake.lake.state import CommitlogState, LakeState, QueueId, TopicTotals
 from rmqlake.progress import Stages
+from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.timeutil import epoch_ms
 from rmqlake.transforms.segments import segment_size_problem, update_segments
 
@@ -50,17 +53,6 @@ def parse_options(settings: Settings) -> ParseOptions:
     )
 
 
-def open_lake(settings: Settings, *, read_only: bool = False) -> Lake:
-    """The lake of ``settings`` (``read_only``: pinned snapshots for lookups)."""
-    return Lake(
-        settings.lake.root,
-        storage_options=settings.lake.storage_options,
-        engine=settings.lake.engine,
-        staging_grace_hours=settings.lake.staging_grace_hours,
-        read_only=read_only,
-    )
-
-
 def check_ingest(settings: Settings, *, input_path: str) -> list[InputFile]:
     """What ingest can check without Spark: its input files, and that the lake takes the configured segment size.
 
@@ -72,7 +64,7 @@ def check_ingest(settings: Settings, *, input_path: str) -> list[InputFile]:
         ConfigError: ``store.commitlog_segment_size`` differs from the lake's.
     """
     files = resolve_inputs(input_path)
-    check_segment_size(open_lake(settings), segment_size=settings.store.commitlog_segment_size)
+    check_segment_size(Lake.from_settings(settings), segment_size=settings.store.commitlog_segment_size)
     return files
 
 
@@ -82,13 +74,13 @@ def check_segment_size(lake: Lake, *, segment_size: int) -> None:
     Raises:
         ConfigError: naming both sizes.
     """
-    state = lake.state().get("commitlog", {})
+    commitlog = lake.state().commitlog or CommitlogState()
     rows = lake.read_arrow("segments", columns=["segment", "start_offset", "end_offset", "status"]).to_pylist()
     problem = segment_size_problem(
         rows,
         segment_size=segment_size,
-        next_offset=int(state.get("next_offset", 0)),
-        recorded=state.get("segment_size"),
+        next_offset=commitlog.next_offset,
+        recorded=commitlog.segment_size,
     )
     if problem:
         raise ConfigError(problem)
@@ -103,9 +95,10 @@ def ingest(
     so re-running a batch changes nothing.
 
     Returns:
-        Metrics: ``rows_in`` (lines), ``rows_out`` (messages), ``rejected``,
-        ``files``, ``files_skipped``, ``commitlog_bytes``, ``segments_opened``,
-        ``start_offset``/``end_offset``, ``table_versions``, ``seconds``, ...
+        Metrics: the stable ones (``rows_in`` lines, ``rows_out`` messages,
+        ``rejected`` lines, ``files_added`` commitlog files, ...), ``files``,
+        ``files_skipped``, ``commitlog_bytes``, ``segments_opened``,
+        ``start_offset``/``end_offset``, ...
     """
     started = time.monotonic()
     now = now or datetime.now(UTC)
@@ -113,20 +106,18 @@ def ingest(
     total = sum(f.size for f in files)
     log.info("found %d input files (%.1f MB) at %s", len(files), total / 1e6, input_path)
     prints = fingerprint_files(spark, files)
-    lake = open_lake(settings)
 
-    def work(run: LakeRun) -> dict:
-        return _ingest_batch(spark, settings, lake, run, prints, batch_id=batch_id, now=now, started=started)
+    def work(step: StepRun) -> dict:
+        return _ingest_batch(spark, settings, step, prints, batch_id=batch_id)
 
-    return run_with_retries(lake, "ingest", work, retries=settings.lake.commit_retries, batch_id=batch_id)
+    return run_step("ingest", settings, work, now=now, started=started, batch_id=batch_id)
 
 
-def _refuse_when_disk_full(state: dict, settings: Settings) -> None:
+def _refuse_when_disk_full(state: LakeState, settings: Settings) -> None:
     """The broker rejects puts while its DISK_FULL flag is set (RunningFlags.isWriteable); so does ingest."""
-    expire = state.get("expire", {})
-    if not expire.get("disk_full"):
+    if state.expire is None or not state.expire.disk_full:
         return
-    usage = expire.get("disk_usage")
+    usage = state.expire.disk_usage
     if settings.ingest.write_when_disk_full:
         log.warning(
             "the disk-full flag is set (usage %.2f%%); writing anyway: ingest.write_when_disk_full=true", usage * 100
@@ -140,7 +131,8 @@ def _refuse_when_disk_full(state: dict, settings: Settings) -> None:
     )
 
 
-def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *, batch_id, now, started) -> dict:
+def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id) -> dict:
+    lake, run, now, started = step.lake, step.run, step.now, step.started
     seen = lake.read_arrow("ingest_files", columns=["path", "size_bytes", "sha256", "batch_id"]).to_pylist()
     known = {(r["path"], r["size_bytes"], r["sha256"]): r["batch_id"] for r in seen}
     new = [f for f in prints if (f.path, f.size, f.sha256) not in known]
@@ -177,10 +169,10 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
     run.batch_id = batch_id
     options = parse_options(settings)
     store = settings.store
-    state = run.state.setdefault("commitlog", {})
-    start_offset = int(state.get("next_offset", 0))
-    heads = {(t, int(q)): n for t, queues in state.get("queue_heads", {}).items() for q, n in queues.items()}
-    rr_counters = dict(state.get("rr_counters", {}))
+    commitlog = run.state.commitlog or CommitlogState()
+    start_offset = commitlog.next_offset
+    heads = {(topic, queue): head for (topic, queue), head in commitlog.queue_heads.items()}
+    rr_counters = dict(commitlog.rr_counters)
 
     target = IngestTarget(
         lake_root=lake.root,
@@ -263,20 +255,21 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
         run.stage_arrow("segments", pa.Table.from_pylist(new_segments, schema=_segments_schema()), mode="overwrite")
     run.stage_arrow("ingest_files", _ingest_file_rows(new, per_file, batch_id, now), mode="append")
 
-    state["next_offset"] = plan.end_offset
-    state["segment_size"] = store.commitlog_segment_size
-    queue_heads: dict[str, dict[str, int]] = {}
-    for (topic, queue), head in sorted(plan.queue_heads.items()):
-        queue_heads.setdefault(topic, {})[str(queue)] = head
-    state["queue_heads"] = queue_heads
-    state["rr_counters"] = plan.rr_counters
-    topics = state.setdefault("topics", {})
+    topics = dict(commitlog.topics)
     for topic, (count, size) in plan.topic_totals.items():
-        totals = topics.setdefault(topic, {"messages": 0, "bytes": 0})
-        totals["messages"] += count
-        totals["bytes"] += size
+        totals = topics.get(topic, TopicTotals())
+        topics[topic] = TopicTotals(messages=totals.messages + count, bytes=totals.bytes + size)
+    commitlog = replace(
+        commitlog,
+        next_offset=plan.end_offset,
+        segment_size=store.commitlog_segment_size,
+        queue_heads={QueueId(topic, queue): head for (topic, queue), head in plan.queue_heads.items()},
+        rr_counters=dict(plan.rr_counters),
+        topics=topics,
+    )
     if batch_segments:
-        state["physic_msg_timestamp"] = max(batch_segments, key=lambda s: s["data_end"])["last_store_timestamp"]
+        last = max(batch_segments, key=lambda s: s["data_end"])
+        commitlog = replace(commitlog, physic_msg_timestamp=last["last_store_timestamp"])
     metrics = {
         "status": "ingested",
         "batch_id": batch_id,
@@ -298,14 +291,8 @@ def _ingest_batch(spark, settings: Settings, lake: Lake, run: LakeRun, prints, *
         raise AssertionError(
             f"counts do not add up: {rows_in} lines != {messages} messages + {rejected_count} rejected"
         )
-    run.state.setdefault("runs", {})["ingest"] = {
-        "seq": run.seq,
-        "run_id": run.run_id,
-        "at": now.isoformat(),
-        **metrics,
-    }
     with stages("commit"):
-        versions = run.commit()
+        versions = step.commit(replace(run.state, commitlog=commitlog), record=metrics)
     seconds = time.monotonic() - started
     metrics.update(
         table_versions=versions,

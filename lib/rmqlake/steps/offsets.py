@@ -19,9 +19,10 @@ import pyarrow.dataset as ds
 from rmqlake.config import Settings
 from rmqlake.consumer_offsets import parse_snapshot, snapshot_time
 from rmqlake.errors import InputError, UsageError
-from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake import Lake
+from rmqlake.lake.state import LakeState
 from rmqlake.lake.tables import CONSUMER_OFFSETS
-from rmqlake.steps.ingest import open_lake
+from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.timeutil import epoch_ms, iso
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,10 @@ def load_offsets(settings: Settings, *, input_path: str, as_of: int | None = Non
 
     Rows already present for the same snapshot time, group, topic and queue
     are skipped, so loading a snapshot twice changes nothing.
+
+    Returns:
+        Metrics: the stable ones (``rows_in`` snapshot rows read, ``rows_out``
+        rows appended), ``files``, ``rows``, ``rows_skipped``, ``status``.
     """
     started = time.monotonic()
     snapshots = []
@@ -44,12 +49,11 @@ def load_offsets(settings: Settings, *, input_path: str, as_of: int | None = Non
         with open(path, "rb") as handle:
             rows = parse_snapshot(handle.read(), path=path)
         snapshots.append((path, moment, rows))
-    lake = open_lake(settings)
 
-    def work(run: LakeRun) -> dict:
-        return _append(lake, run, snapshots, started=started)
+    def work(step: StepRun) -> dict:
+        return _append(step, snapshots)
 
-    return run_with_retries(lake, "offsets", work, retries=settings.lake.commit_retries)
+    return run_step("offsets", settings, work, started=started)
 
 
 def snapshot_files(input_path: str) -> list[str]:
@@ -79,7 +83,8 @@ def snapshot_files(input_path: str) -> list[str]:
     return found
 
 
-def _append(lake: Lake, run: LakeRun, snapshots, *, started: float) -> dict:
+def _append(step: StepRun, snapshots) -> dict:
+    lake, run, started = step.lake, step.run, step.started
     existing = lake.read_arrow("consumer_offsets", columns=["topic", "group", "queue_id", "as_of"]).to_pylist()
     seen = {(r["topic"], r["group"], r["queue_id"], epoch_ms(r["as_of"])) for r in existing}
     rows = []
@@ -103,12 +108,14 @@ def _append(lake: Lake, run: LakeRun, snapshots, *, started: float) -> dict:
         "files": len(snapshots),
         "rows": len(rows),
         "rows_skipped": sum(len(s[2]) for s in snapshots) - len(rows),
+        "rows_in": sum(len(s[2]) for s in snapshots),
+        "rows_out": len(rows),
     }
     if not rows:
         log.info("nothing to load: every row of %d snapshot files is already in consumer_offsets", len(snapshots))
         return {**metrics, "status": "already_loaded", "seconds": round(time.monotonic() - started, 3)}
     run.stage_arrow("consumer_offsets", pa.Table.from_pylist(rows, schema=CONSUMER_OFFSETS.arrow_schema), mode="append")
-    versions = run.commit()
+    versions = step.commit(run.state, record=metrics)
     log.info("loaded %d consumer offsets from %d snapshot files", len(rows), len(snapshots))
     return {**metrics, "status": "loaded", "table_versions": versions, "seconds": round(time.monotonic() - started, 3)}
 
@@ -121,7 +128,7 @@ def lag(settings: Settings, *, group: str | None = None) -> dict:
     consumer offset is below the queue's min offset). History uses each
     queue's max offset as it was at the snapshot time.
     """
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     state = lake.state()
     bounds = queue_bounds(lake, state)
     offsets = lake.read_arrow("consumer_offsets").to_pylist()
@@ -163,7 +170,7 @@ def lag(settings: Settings, *, group: str | None = None) -> dict:
     return {"latest": latest, "history": history}
 
 
-def queue_bounds(lake: Lake, state: dict) -> dict[tuple[str, int], tuple[int, int]]:
+def queue_bounds(lake: Lake, state: LakeState) -> dict[tuple[str, int], tuple[int, int]]:
     """(min offset as corrected by expiry, max offset) of every queue, from file statistics."""
     bounds: dict[tuple[str, int], list[int]] = {}
     for stats in lake.file_stats("consumequeue", ["queue_offset"]):
@@ -173,8 +180,8 @@ def queue_bounds(lake: Lake, state: dict) -> dict[tuple[str, int], tuple[int, in
             continue
         current = bounds.setdefault(key, [low, high])
         current[0], current[1] = min(current[0], low), max(current[1], high)
-    corrected = state.get("expire", {}).get("queue_min_offsets", {})
-    return {key: (corrected.get(f"{key[0]}\t{key[1]}", low), high + 1) for key, (low, high) in sorted(bounds.items())}
+    corrected = state.queue_min_offsets
+    return {key: (corrected.get(key, low), high + 1) for key, (low, high) in sorted(bounds.items())}
 
 
 def max_offset_at(lake: Lake, topic: str, queue: int, moment: int) -> int:

@@ -13,20 +13,22 @@ from __future__ import annotations
 import json
 import logging
 import time
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
 
 from rmqlake.config import Settings
 from rmqlake.errors import UsageError
-from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table
+from rmqlake.lake.state import LakeState, QualityState, SuiteCheck
 from rmqlake.lake.tables import DQ_RESULTS
 from rmqlake.quality import report
 from rmqlake.quality.suites import CRITICAL, Suite, select_suites
-from rmqlake.steps.ingest import open_lake
 from rmqlake.steps.offsets import queue_bounds
+from rmqlake.steps.runner import StepRun, run_step
 
 log = logging.getLogger(__name__)
 DATASOURCE = "rmqlake"
@@ -55,34 +57,34 @@ def quality(spark, settings: Settings, *, suites: list[str] | None = None, now: 
         summary each: expectations, failed, severity, table versions, the run
         that checked them), ``critical_failures``, ``warnings``,
         ``data_docs`` (index.html), ``report`` (this run's HTML page with plots, with
-        ``quality.report``), ``seconds``.
+        ``quality.report``); and the stable ones (``rows_in``: rows the suites
+        checked in this run validated, ``rows_out``: ``dq_results`` rows
+        written).
     """
     try:
         chosen = select_suites(suites)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
     docs_root = project_dir(settings)
-    lake = open_lake(settings)
-    started = time.monotonic()
-    now = now or datetime.now(UTC)
 
-    def work(run: LakeRun) -> dict:
-        return _check(spark, settings, lake, run, chosen, docs_root=docs_root, now=now, started=started)
+    def work(step: StepRun) -> dict:
+        return _check(spark, settings, step, chosen, docs_root=docs_root)
 
-    return run_with_retries(lake, "quality", work, retries=settings.lake.commit_retries)
+    return run_step("quality", settings, work, now=now)
 
 
-def _check(spark, settings, lake: Lake, run: LakeRun, chosen: list[Suite], *, docs_root, now, started) -> dict:
-    checked = run.state.setdefault("quality", {}).setdefault("checked", {})
+def _check(spark, settings, step: StepRun, chosen: list[Suite], *, docs_root) -> dict:
+    lake, run, now, started = step.lake, step.run, step.now, step.started
+    checked = dict((run.state.quality or QualityState()).checked)
     names = sorted({t for suite in chosen for t in suite.tables})
     versions = {name: lake.version(name) for name in names}
 
     def unchanged(suite: Suite) -> bool:
-        return checked.get(suite.name, {}).get("table_versions") == {t: versions[t] for t in suite.tables}
+        return suite.name in checked and checked[suite.name].table_versions == {t: versions[t] for t in suite.tables}
 
     todo = [s for s in chosen if not unchanged(s)]
     # suites whose tables did not change since they were checked: their last outcome stands (a failure too)
-    summaries = [{**checked[s.name], "seconds": 0.0} for s in chosen if unchanged(s)]
+    summaries = [{**checked[s.name].to_json(), "seconds": 0.0} for s in chosen if unchanged(s)]
     context = _context(docs_root)
     if not todo:
         log.info("every suite already ran on these table versions (%s); reporting their last outcome", versions)
@@ -123,28 +125,27 @@ def _check(spark, settings, lake: Lake, run: LakeRun, chosen: list[Suite], *, do
             if not outcome.success:
                 level = logging.ERROR if suite.severity == CRITICAL else logging.WARNING
                 log.log(level, "%s FAILED: %s; observed %s", suite.name, config.description, observed)
-        summary = {
-            "suite": suite.name,
-            "severity": suite.severity,
-            "expectations": len(result.results),
-            "failed": failed,
-            "rows": (result.results[0].result or {}).get("element_count") if result.results else None,
-            "table_versions": {t: versions[t] for t in suite.tables},
-            "run_id": run.run_id,
-        }
+        outcome = SuiteCheck(
+            suite=suite.name,
+            severity=suite.severity,
+            expectations=len(result.results),
+            failed=failed,
+            rows=(result.results[0].result or {}).get("element_count") if result.results else None,
+            table_versions={t: versions[t] for t in suite.tables},
+            run_id=run.run_id,
+        )
         log.info("%s: %d expectations, %d failed", suite.name, len(result.results), failed)
-        checked[suite.name] = summary
-        summaries.append({**summary, "seconds": round(time.monotonic() - suite_started, 3)})
+        checked[suite.name] = outcome
+        summaries.append({**outcome.to_json(), "seconds": round(time.monotonic() - suite_started, 3)})
     run.stage_arrow("dq_results", pa.Table.from_pylist(rows, schema=DQ_RESULTS.arrow_schema), mode="append")
     metrics = _result("checked", summaries, context, started)
-    run.state.setdefault("runs", {})["quality"] = {
-        "seq": run.seq,
-        "run_id": run.run_id,
-        "at": now.isoformat(),
+    metrics.update(rows_in=sum(checked[s.name].rows or 0 for s in todo), rows_out=len(rows))
+    record = {
         **{k: metrics[k] for k in ("critical_failures", "warnings")},
         "suites": len(summaries),
+        **{k: metrics[k] for k in ("rows_in", "rows_out")},
     }
-    run.commit()
+    versions = step.commit(replace(run.state, quality=QualityState(checked=checked)), record=record)
     context.build_data_docs(site_names=[DOCS_SITE])
     docs = _docs_index(context)
     page = None
@@ -158,7 +159,13 @@ def _check(spark, settings, lake: Lake, run: LakeRun, chosen: list[Suite], *, do
             data_docs=docs,
         )
         report.link_latest(reports, page)
-    return {**metrics, "data_docs": docs, "report": None if page is None else str(page.resolve()), "run_id": run.run_id}
+    return {
+        **metrics,
+        "data_docs": docs,
+        "report": None if page is None else str(page.resolve()),
+        "run_id": run.run_id,
+        "table_versions": versions,
+    }
 
 
 def _result(status: str, summaries: list[dict], context, started: float) -> dict:
@@ -172,24 +179,23 @@ def _result(status: str, summaries: list[dict], context, started: float) -> dict
     }
 
 
-def suite_inputs(spark, lake: Lake, state: dict, names: list[str]) -> dict:
+def suite_inputs(spark, lake: Lake, state: LakeState, names: list[str]) -> dict:
     """What suite frames read: the tables ``names`` as DataFrames, the queue min offsets expiry corrected
     (``queue_min_offsets``: topic, queue_id, min_offset), the commitlog's ``min_physical_offset``, each
     COMPACTION topic's ``compaction_positions``, ``expire_as_of`` (the last applied expiry run's time) and
     ``queue_bounds`` (topic, queue_id, min_offset, max_offset)."""
     inputs: dict = {name: read_table(spark, lake, name) for name in names}
-    corrected = state.get("expire", {}).get("queue_min_offsets", {})
     inputs["queue_min_offsets"] = spark.createDataFrame(
-        [(key.split("\t")[0], int(key.split("\t")[1]), int(value)) for key, value in sorted(corrected.items())],
+        [(topic, queue, value) for (topic, queue), value in sorted(state.queue_min_offsets.items())],
         "topic string, queue_id int, min_offset bigint",
     )
     inputs["min_physical_offset"] = lake.min_physical_offset()
-    inputs["expire_as_of"] = state.get("expire", {}).get("last_now")
+    inputs["expire_as_of"] = state.expire.last_now if state.expire else None
     inputs["queue_bounds"] = spark.createDataFrame(
         [(topic, queue, low, high) for (topic, queue), (low, high) in queue_bounds(lake, state).items()],
         "topic string, queue_id int, min_offset bigint, max_offset bigint",
     )
-    inputs["compaction_positions"] = dict(state.get("compaction", {}).get("positions", {}))
+    inputs["compaction_positions"] = dict(state.compaction.positions) if state.compaction else {}
     return inputs
 
 

@@ -5,17 +5,19 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql import functions as F
 
 from rmqlake.config import Settings
 from rmqlake.formats.segment import segment_file_name, segment_start
-from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake import Lake, LakeRun
 from rmqlake.lake.spark_io import read_table, stage_dataframe
+from rmqlake.lake.state import ReputState
 from rmqlake.lake.tables import INDEXFILE_HEADER
 from rmqlake.progress import Stages
-from rmqlake.steps.ingest import open_lake
+from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.transforms import reput as T
 
 log = logging.getLogger(__name__)
@@ -31,24 +33,23 @@ def reput(spark, settings: Settings) -> dict:
     so a re-run dispatches nothing twice.
 
     Returns:
-        Metrics: ``from_offset``, ``to_offset``, ``rows_in`` (messages
-        dispatched), ``cq_units``, ``index_entries``, ``index_files_created``,
-        ``table_versions``, ``seconds``, ``stage_seconds``.
+        Metrics: the stable ones (``rows_in`` messages dispatched, ``rows_out``
+        CQ units written, ...), ``from_offset``, ``to_offset``, ``cq_units``,
+        ``index_entries``, ``index_files_created``, ``stage_seconds``.
     """
-    lake = open_lake(settings)
-    started = time.monotonic()
 
-    def work(run: LakeRun) -> dict:
-        return _reput(spark, settings, lake, run, started=started)
+    def work(step: StepRun) -> dict:
+        return _reput(spark, settings, step)
 
-    return run_with_retries(lake, "reput", work, retries=settings.lake.commit_retries)
+    return run_step("reput", settings, work)
 
 
-def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: float) -> dict:
+def _reput(spark, settings: Settings, step: StepRun) -> dict:
+    lake, run, started = step.lake, step.run, step.started
     store = settings.store
-    end = int(run.state.get("commitlog", {}).get("next_offset", 0))
-    state = run.state.setdefault("reput", {})
-    dispatched = int(state.get("dispatched_offset", 0))
+    end = run.state.next_offset
+    reput_state = run.state.reput or ReputState()
+    dispatched = reput_state.dispatched_offset
     minimum = lake.min_physical_offset()
     if dispatched < minimum:  # dispatch fell behind deleted segments and jumps to the min offset
         log.warning("dispatch position %d is below the commitlog min offset %d; skipping to it", dispatched, minimum)
@@ -57,6 +58,7 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
         "from_offset": dispatched,
         "to_offset": end,
         "rows_in": 0,
+        "rows_out": 0,
         "cq_units": 0,
         "index_entries": 0,
         "index_files_created": 0,
@@ -92,9 +94,9 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
         summary = _cq_summary(spark, run)
         dispatched_messages = messages.count()
         note.update(rows=dispatched_messages, units=summary["units"], files=len(cq_files))
-    metrics.update(rows_in=dispatched_messages, cq_units=summary["units"])
+    metrics.update(rows_in=dispatched_messages, rows_out=summary["units"], cq_units=summary["units"])
     if summary["last_store_timestamp"] is not None:
-        state["logics_msg_timestamp"] = summary["last_store_timestamp"]
+        reput_state = replace(reput_state, logics_msg_timestamp=summary["last_store_timestamp"])
     run.op("consumequeue").app_transactions[DISPATCHED_APP_ID] = end
 
     if store.message_index_enable:
@@ -103,10 +105,10 @@ def _reput(spark, settings: Settings, lake: Lake, run: LakeRun, *, started: floa
             note.update(rows=entries, files_created=created)
         metrics.update(index_entries=entries, index_files_created=created)
         if index_ts is not None:
-            state["index_msg_timestamp"] = index_ts
-    state["dispatched_offset"] = end
+            reput_state = replace(reput_state, index_msg_timestamp=index_ts)
+    reput_state = replace(reput_state, dispatched_offset=end)
     with stages("commit"):
-        versions = run.commit()
+        versions = step.commit(replace(run.state, reput=reput_state), record=metrics)
     seconds = time.monotonic() - started
     metrics.update(
         status="dispatched",
@@ -200,7 +202,7 @@ def _build_index(spark, settings: Settings, lake: Lake, run: LakeRun, messages, 
     run.stage_arrow(
         "indexfile_header", pa.Table.from_pylist(merged, schema=INDEXFILE_HEADER.arrow_schema), mode="overwrite"
     )
-    end = int(run.state.get("commitlog", {}).get("next_offset", 0))
+    end = run.state.next_offset
     run.op("indexfile").app_transactions[DISPATCHED_APP_ID] = end
     run.op("indexfile_header", mode="overwrite").app_transactions[DISPATCHED_APP_ID] = end
     # checkpoint.indexMsgTimestamp: end time of the last full file, written when the next file is created

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 from rmqlake.config import Settings
-from rmqlake.steps.ingest import open_lake
+from rmqlake.lake import Lake
+from rmqlake.lake.state import CommitlogState, ExpireState, ReputState, RunRecord
 from rmqlake.timeutil import iso
 
 
@@ -15,15 +17,15 @@ def status(settings: Settings) -> dict:
     Per-queue offsets come from the consumequeue files' statistics (min and
     max queue offset per file), so nothing is scanned.
     """
-    lake = open_lake(settings)
+    lake = Lake.from_settings(settings)
     ledger = lake.ledger()
-    commitlog = ledger.state.get("commitlog", {})
-    reput = ledger.state.get("reput", {})
-    expire = ledger.state.get("expire", {})
+    commitlog = ledger.state.commitlog or CommitlogState()
+    reput = ledger.state.reput or ReputState()
+    expire = ledger.state.expire or ExpireState()
     segments = lake.read_arrow("segments").to_pylist()
     live = [s for s in segments if s["status"] != "deleted"]
-    max_offset = int(commitlog.get("next_offset", 0))
-    dispatched = int(reput.get("dispatched_offset", 0))
+    max_offset = commitlog.next_offset
+    dispatched = reput.dispatched_offset
     store = {
         "lake": lake.root,
         "ledger_seq": ledger.seq,
@@ -40,30 +42,30 @@ def status(settings: Settings) -> dict:
         "segments_live": len(live),
         "segments_deleted": len(segments) - len(live),
         "active_segment": next((s["segment"] for s in live if s["status"] == "active"), None),
-        "checkpoint_physic": iso(commitlog.get("physic_msg_timestamp")),
-        "checkpoint_logics": iso(reput.get("logics_msg_timestamp")),
-        "checkpoint_index": iso(reput.get("index_msg_timestamp")),
+        "checkpoint_physic": iso(commitlog.physic_msg_timestamp),
+        "checkpoint_logics": iso(reput.logics_msg_timestamp),
+        "checkpoint_index": iso(reput.index_msg_timestamp),
         "index_files": len(lake.read_arrow("indexfile_header", columns=["index_file"])),
-        "disk_full": bool(expire.get("disk_full", False)),
-        "disk_usage_percent": round(expire["disk_usage"] * 100, 4) if expire.get("disk_usage") is not None else None,
-        "last_expire_now": iso(expire.get("last_now")),
+        "disk_full": expire.disk_full,
+        "disk_usage_percent": round(expire.disk_usage * 100, 4) if expire.disk_usage is not None else None,
+        "last_expire_now": iso(expire.last_now),
     }
-    positions = ledger.state.get("compaction", {}).get("positions", {})
+    positions = ledger.state.compaction.positions if ledger.state.compaction else {}
     topics = [
         {
             "topic": topic,
-            "messages": totals["messages"],
-            "bytes": totals["bytes"],
+            "messages": totals.messages,
+            "bytes": totals.bytes,
             "cleanup_policy": settings.topics[topic].cleanup_policy if topic in settings.topics else "DELETE",
             "compacted_up_to": positions.get(topic),
         }
-        for topic, totals in sorted(commitlog.get("topics", {}).items())
+        for topic, totals in sorted(commitlog.topics.items())
     ]
     return {
         "store": store,
         "topics": topics,
         "queues": _queues(lake, commitlog, expire),
-        "runs": _last_runs(ledger.state.get("runs", {})),
+        "runs": _last_runs(ledger.state.runs),
     }
 
 
@@ -84,17 +86,17 @@ RUN_SUMMARY_KEYS = {
 }
 
 
-def _last_runs(runs: dict) -> list[dict]:
+def _last_runs(runs: Mapping[str, RunRecord]) -> list[dict]:
     """The latest run of each job that records one, with its headline metrics."""
     rows = []
-    for job, metrics in sorted(runs.items()):
+    for job, record in sorted(runs.items()):
         keys = RUN_SUMMARY_KEYS.get(job, ())
-        summary = {k: metrics.get(k) for k in keys}
-        rows.append({"job": job, "seq": metrics.get("seq"), "at": metrics.get("at"), **summary})
+        summary = {k: record.metrics.get(k) for k in keys}
+        rows.append({"job": job, "seq": record.seq, "at": record.at, **summary})
     return rows
 
 
-def _queues(lake, commitlog: dict, expire: dict) -> list[dict]:
+def _queues(lake, commitlog: CommitlogState, expire: ExpireState) -> list[dict]:
     bounds: dict[tuple[str, int], list[int]] = defaultdict(lambda: [2**63 - 1, -1])
     for stats in lake.file_stats("consumequeue", ["queue_offset"]):
         key = (stats["partition"]["topic"], int(stats["partition"]["queue_id"]))
@@ -102,9 +104,9 @@ def _queues(lake, commitlog: dict, expire: dict) -> list[dict]:
         if low is not None:
             bounds[key][0] = min(bounds[key][0], low)
             bounds[key][1] = max(bounds[key][1], high)
-    corrected = expire.get("queue_min_offsets", {})
+    corrected = expire.queue_min_offsets
     rows = []
-    heads = {(t, int(q)): n for t, queues in commitlog.get("queue_heads", {}).items() for q, n in queues.items()}
+    heads = commitlog.queue_heads
     for key in sorted(set(heads) | set(bounds)):
         topic, queue = key
         low, high = bounds.get(key, [None, None])
@@ -113,7 +115,7 @@ def _queues(lake, commitlog: dict, expire: dict) -> list[dict]:
             {
                 "topic": topic,
                 "queue_id": queue,
-                "min_offset": corrected.get(f"{topic}\t{queue}", low if low is not None and high >= 0 else 0),
+                "min_offset": corrected.get(key, low if low is not None and high >= 0 else 0),
                 "max_offset": max_offset,
                 "written_offset": heads.get(key, 0),
             }

@@ -28,12 +28,13 @@ import secrets
 import shutil
 import time
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from rmqlake import store as store_files
 from rmqlake.config import Settings
 from rmqlake.errors import ConfigError, InputError, LakeStateError, UsageError
 from rmqlake.formats import retention as R
@@ -42,12 +43,21 @@ from rmqlake.formats.compaction import compaction_log_file_size, sparse_cq_file_
 from rmqlake.formats.consumequeue import cq_file_size
 from rmqlake.formats.indexfile import index_file_size
 from rmqlake.formats.topic import topic_error
-from rmqlake.lake import Lake, LakeRun, run_with_retries
+from rmqlake.lake import Lake
 from rmqlake.lake.actions import partition_values_from_path
 from rmqlake.lake.spark_io import group_folder, stage_dataframe
+from rmqlake.lake.state import CommitlogState, ImportStoreState, QueueId, ReputState, SegmentHole, TopicTotals
 from rmqlake.lake.tables import SEGMENTS
 from rmqlake.progress import Stages
-from rmqlake.steps.ingest import open_lake
+from rmqlake.steps.runner import StepRun, run_step
+from rmqlake.store import (
+    IMPORTED,
+    read_segment_file,
+    write_compaction_queue,
+    write_cq_file,
+    write_index_file,
+    write_segment,
+)
 from rmqlake.timeutil import parse_timestamp, to_datetime
 from rmqlake.transforms.columns import dispatchable
 from rmqlake.transforms.segments import DELETED, segment_aggregates, update_segments
@@ -68,7 +78,7 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
     target = Path(out).resolve()
     if target.exists() and any(target.iterdir()) and not overwrite:
         raise UsageError(f"{target} exists and is not empty; choose another --out or pass --overwrite")
-    lake = open_lake(settings, read_only=True)
+    lake = Lake.from_settings(settings, read_only=True)
     entry = _travel(lake, as_of) if as_of else lake.ledger()
     if entry.seq == 0:
         raise LakeStateError(f"the lake at {lake.root} is empty: nothing to export")
@@ -78,19 +88,19 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
     work.mkdir(parents=True)
     try:
         with stages("commitlog segments") as note:
-            holes = entry.state.get("import_store", {}).get("holes")
+            holes = entry.state.import_store.holes if entry.state.import_store else None
             segment_tasks = _segment_tasks(lake, settings, str(work), holes=holes)
-            written = _run_tasks(spark, store_files.write_segment, segment_tasks, one_per_task=True)
+            written = _run_tasks(spark, write_segment, segment_tasks, one_per_task=True)
             note.update(files=len(written), records=sum(w["records"] for w in written))
         with stages("consume queues") as note:
-            cq_written = _run_tasks(spark, store_files.write_cq_file, _cq_tasks(lake, settings, str(work)))
+            cq_written = _run_tasks(spark, write_cq_file, _cq_tasks(lake, settings, str(work)))
             note.update(files=len(cq_written), units=sum(w["units"] for w in cq_written))
         with stages("index files") as note:
-            index_written = _run_tasks(spark, store_files.write_index_file, _index_tasks(lake, settings, str(work)))
+            index_written = _run_tasks(spark, write_index_file, _index_tasks(lake, settings, str(work)))
             note.update(files=len(index_written), entries=sum(w["entries"] for w in index_written))
         with stages("compaction store") as note:
             compaction_tasks = _compaction_tasks(lake, settings, str(work))
-            compacted = _run_tasks(spark, store_files.write_compaction_queue, compaction_tasks, one_per_task=True)
+            compacted = _run_tasks(spark, write_compaction_queue, compaction_tasks, one_per_task=True)
             note.update(queues=len(compacted), files=sum(w["files"] for w in compacted))
         last_message = max((w["last_offset"] for w in written if w["last_offset"] is not None), default=0)
         _write_metadata(lake, settings, entry, work, last_message_offset=last_message)
@@ -150,7 +160,9 @@ def _files_by(lake: Lake, table: str, key) -> dict:
     return groups
 
 
-def _segment_tasks(lake: Lake, settings: Settings, out: str, *, holes: dict | None = None) -> list[dict]:
+def _segment_tasks(
+    lake: Lake, settings: Settings, out: str, *, holes: Mapping[str, SegmentHole] | None = None
+) -> list[dict]:
     size = settings.store.commitlog_segment_size
     files = _files_by(lake, "commitlog", lambda f: f.partition_values["segment"])
     tasks = []
@@ -161,8 +173,8 @@ def _segment_tasks(lake: Lake, settings: Settings, out: str, *, holes: dict | No
         if row["segment"] in holes:
             hole = holes[row["segment"]]
             raise LakeStateError(
-                f"segment {row['segment']} has a hole: import-store rejected {hole['ranges']} byte range(s) of it, the "
-                f"first at offset {hole['first_rejected_offset']}, before its last message (see the rejected table); "
+                f"segment {row['segment']} has a hole: import-store rejected {hole.ranges} byte range(s) of it, the "
+                f"first at offset {hole.first_rejected_offset}, before its last message (see the rejected table); "
                 "a broker's commitlog file cannot skip bytes, so it cannot be exported until expiry deletes it"
             )
         if row["end_offset"] - row["start_offset"] > size or (row["status"] != "active" and row["size_bytes"] != size):
@@ -276,12 +288,12 @@ def _write_metadata(lake: Lake, settings: Settings, entry, out: Path, *, last_me
     ``setConfirmOffset(lastValidMsgPhyOffset)``, the record's start), and
     ``masterFlushedOffset`` is only written by a slave.
     """
-    state = entry.state
-    commitlog, reput = state.get("commitlog", {}), state.get("reput", {})
+    commitlog = entry.state.commitlog or CommitlogState()
+    reput = entry.state.reput or ReputState()
     checkpoint = S.Checkpoint(
-        physic_msg_timestamp=int(commitlog.get("physic_msg_timestamp") or 0),
-        logics_msg_timestamp=int(reput.get("logics_msg_timestamp") or 0),
-        index_msg_timestamp=int(reput.get("index_msg_timestamp") or 0),
+        physic_msg_timestamp=int(commitlog.physic_msg_timestamp or 0),
+        logics_msg_timestamp=int(reput.logics_msg_timestamp or 0),
+        index_msg_timestamp=int(reput.index_msg_timestamp or 0),
         master_flushed_offset=0,
         confirm_phy_offset=last_message_offset,
     )
@@ -290,7 +302,7 @@ def _write_metadata(lake: Lake, settings: Settings, entry, out: Path, *, last_me
     config.mkdir()
     stamp = int(entry.committed_at.timestamp() * 1000) if entry.committed_at else 0
     topics = {name: (t.queues, t.cleanup_policy) for name, t in settings.topics.items()}
-    for name in commitlog.get("topics", {}):
+    for name in commitlog.topics:
         if name not in topics:  # auto-created by the first message, as the broker does
             topics[name] = (settings.broker.default_topic_queue_nums, "DELETE")
     (config / "topics.json").write_text(S.topics_json(topics, data_version=entry.seq, timestamp=stamp))
@@ -346,27 +358,28 @@ def import_store(spark, settings: Settings, *, store_dir: str) -> dict:
     Returns:
         Metrics: ``files``, ``messages``, ``corrupt_records`` (also in
         ``rejected``: file, offset, reason), ``start_offset``, ``end_offset``,
-        ``status`` (``imported``, or ``already_imported`` for the same store).
+        ``status`` (``imported``, or ``already_imported`` for the same store);
+        and the stable ones (``rows_in`` records read, ``rows_out`` messages
+        imported, ``rejected`` corrupt records).
     """
     root = Path(store_dir).resolve()
     folder = root / "commitlog"
     names = store_segment_names(store_dir, segment_size=settings.store.commitlog_segment_size)
     # size and modification time: every segment file has the segment size, so a rewrite shows in its mtime
-    fingerprint = {name: [os.stat(folder / name).st_size, os.stat(folder / name).st_mtime_ns] for name in names}
-    lake = open_lake(settings)
-    started = time.monotonic()
+    fingerprint = {name: (os.stat(folder / name).st_size, os.stat(folder / name).st_mtime_ns) for name in names}
 
-    def work(run: LakeRun) -> dict:
-        return _import(spark, settings, run, root, names, fingerprint, started=started)
+    def work(step: StepRun) -> dict:
+        return _import(spark, settings, step, root, names, fingerprint)
 
-    return run_with_retries(lake, "import-store", work, retries=settings.lake.commit_retries)
+    return run_step("import-store", settings, work)
 
 
-def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerprint, *, started: float) -> dict:
-    previous = run.state.get("import_store", {})
-    if previous.get("source") == str(root) and previous.get("files") == fingerprint:
+def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerprint) -> dict:
+    run = step.run
+    previous = run.state.import_store
+    if previous is not None and previous.source == str(root) and previous.files == fingerprint:
         return {"status": "already_imported", "source": str(root), "table_versions": {}}
-    if int(run.state.get("commitlog", {}).get("next_offset", 0)) > 0:
+    if run.state.next_offset > 0:
         raise LakeStateError(
             f"the lake at {run.lake.root} already holds a commitlog; import-store needs an empty lake (--lake)"
         )
@@ -376,7 +389,7 @@ def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerpr
         rows = (
             spark.sparkContext.parallelize(tasks, len(tasks))
             .toDF("path string, start_offset bigint, last boolean")
-            .mapInArrow(_read_files, store_files.IMPORTED.spark_schema)
+            .mapInArrow(_read_files, IMPORTED.spark_schema)
             .persist()
         )
         messages = rows.where(~F.col("blank_end") & F.col("corrupt_reason").isNull())
@@ -423,8 +436,8 @@ def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerpr
         end_offset = int(last["segment"]) + size
     segment_rows = update_segments([], per_segment, segment_size=size, end_offset=end_offset)
     run.stage_arrow("segments", pa.Table.from_pylist(segment_rows, schema=SEGMENTS.arrow_schema), mode="overwrite")
-    state = run.state.setdefault("commitlog", {})
-    state.update(
+    commitlog = replace(
+        run.state.commitlog or CommitlogState(),
         next_offset=end_offset,
         queue_heads=totals["queue_heads"],
         rr_counters={},
@@ -433,21 +446,14 @@ def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerpr
     )
     # rejected bytes before a segment's last message: a hole no broker file can have (export refuses it)
     holes = {
-        s["segment"]: {
-            "first_rejected_offset": first_rejected[s["segment"]][0],
-            "ranges": first_rejected[s["segment"]][1],
-        }
+        s["segment"]: SegmentHole(
+            first_rejected_offset=first_rejected[s["segment"]][0], ranges=first_rejected[s["segment"]][1]
+        )
         for s in per_segment
         if s["segment"] in first_rejected and first_rejected[s["segment"]][0] < s["data_end"]
     }
-    run.state["import_store"] = {
-        "source": str(root),
-        "files": fingerprint,
-        "corrupt_records": corrupt_count,
-        "holes": holes,
-    }
-    versions = run.commit()
-    return {
+    imported = ImportStoreState(source=str(root), files=fingerprint, corrupt_records=corrupt_count, holes=holes)
+    metrics = {
         "status": "imported",
         "source": str(root),
         "files": len(tasks),
@@ -456,16 +462,19 @@ def _import(spark, settings: Settings, run: LakeRun, root: Path, names, fingerpr
         "start_offset": int(names[0]),
         "end_offset": end_offset,
         "segments": len(segment_rows),
-        "table_versions": versions,
-        "seconds": round(time.monotonic() - started, 3),
+        "rows_in": totals["messages"] + corrupt_count,
+        "rows_out": totals["messages"],
+        "rejected": corrupt_count,
     }
+    versions = step.commit(replace(run.state, commitlog=commitlog, import_store=imported), record=metrics)
+    return {**metrics, "table_versions": versions, "seconds": step.seconds()}
 
 
 def _read_files(batches):
     for batch in batches:
         columns = (batch.column(name).to_pylist() for name in ("path", "start_offset", "last"))
         for path, start, last in zip(*columns, strict=True):
-            yield from store_files.read_segment_file(path, start_offset=start, last=last)
+            yield from read_segment_file(path, start_offset=start, last=last)
 
 
 def _totals(messages) -> dict:
@@ -478,12 +487,9 @@ def _totals(messages) -> dict:
         .collect()
     )  # one row per queue
     topics = messages.groupBy("topic").agg(F.count(F.lit(1)).alias("n"), F.sum("total_size").alias("b")).collect()
-    queue_heads: dict[str, dict[str, int]] = defaultdict(dict)
-    for row in heads:
-        queue_heads[row["topic"]][str(row["queue_id"])] = row["head"]
     return {
         "messages": sum(r["message_count"] for r in segments),
         "segments": segments,
-        "queue_heads": dict(queue_heads),
-        "topics": {r["topic"]: {"messages": r["n"], "bytes": r["b"]} for r in topics},
+        "queue_heads": {QueueId(row["topic"], row["queue_id"]): row["head"] for row in heads},
+        "topics": {r["topic"]: TopicTotals(messages=r["n"], bytes=r["b"]) for r in topics},
     }

@@ -9,19 +9,22 @@ deleted-file retention (168 h) needs ``lake.vacuum_below_delta_retention``.
 from __future__ import annotations
 
 import logging
-import time
 
 from rmqlake.config import Settings
 from rmqlake.lake.tables import TABLES
-from rmqlake.steps.ingest import open_lake
+from rmqlake.steps.runner import StepRun, run_step
 
 log = logging.getLogger(__name__)
 
 
 def vacuum(settings: Settings, *, dry_run: bool = False) -> dict:
-    """Vacuum every table; returns the files removed (or that would be) per table."""
-    started = time.monotonic()
-    lake = open_lake(settings)
+    """Vacuum every table; returns the files removed (or that would be) per table, and the stable metrics (all 0:
+    vacuum deletes files the tables no longer list; no row and no lake state changes)."""
+    return run_step("vacuum", settings, lambda step: _vacuum(step, dry_run=dry_run), ledger=False)
+
+
+def _vacuum(step: StepRun, *, dry_run: bool) -> dict:
+    settings, lake = step.settings, step.lake
     hours = settings.lake.vacuum_retention_hours
     if settings.lake.vacuum_below_delta_retention:
         log.warning("vacuum retention %.0f h: below Delta's 168 h guard, deliberately (config)", hours)
@@ -43,5 +46,5 @@ def vacuum(settings: Settings, *, dry_run: bool = False) -> dict:
         "retention_hours": hours,
         "files": removed,
         "files_total": sum(removed.values()),
-        "seconds": round(time.monotonic() - started, 3),
+        "seconds": step.seconds(),
     }
