@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 
+from rmqlake.lake.tables import CONSUMEQUEUE
 from rmqlake.transforms.columns import dispatchable
 from rmqlake.transforms.compaction import (
     KEY,
@@ -21,8 +22,7 @@ from rmqlake.transforms.compaction import (
     latest_per_key,
 )
 from rmqlake.transforms.reput import (
-    CQ_DDL,
-    KEYS_DDL,
+    INDEX_KEYS,
     chain_entries,
     consume_queue_units,
     dispatch_requests,
@@ -84,7 +84,7 @@ def test_consume_queue_units_one_unit_per_dispatchable_message(spark):
             ("T", 1, 2, 340, 60, 65, 1004, "00000000000000000040"),
             ("SCHEDULE_TOPIC_XXXX", 2, 0, 400, 50, 15000, 5000, "00000000000000000000"),
         ],
-        CQ_DDL,
+        CONSUMEQUEUE.spark_schema,
     )
     equal(consume_queue_units(messages, units_per_file=2), expected)
 
@@ -107,7 +107,7 @@ def test_index_keys_uniq_key_first_then_each_keys_token(spark):
             (0, 2, 1000, "T", 81907, 2),
             (100, 0, 1001, "T", 81907, 2),
         ],
-        KEYS_DDL,
+        INDEX_KEYS.ddl,
     )
     equal(index_keys(messages, slots=5), expected)
 
@@ -266,7 +266,7 @@ def test_compacted_units_are_dense_per_queue(spark):
             ("C", 0, 9, 900, 60, 2598919, 3, "00000000000000000092"),
             ("C", 1, 5, 500, 30, 65, 4, "00000000000000000000"),
         ],
-        CQ_DDL,
+        CONSUMEQUEUE.spark_schema,
     )
     equal(compacted_units(log, cq_file_size=100), expected)
 
