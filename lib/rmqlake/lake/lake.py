@@ -137,6 +137,28 @@ class Lake:
         if entry.version:  # the state that goes with those versions: the ledger's previous entry
             self._ledger = read_ledger(self.root, storage_options=self.storage_options, version=entry.version - 1)
 
+    def pin_every_table(self) -> bool:
+        """Open every table now and keep the ledger entry they go with; False if a newer run got in between.
+
+        A read-only Lake opens a table when it is first read; a reader that
+        reads many tables over minutes (SQL, a notebook) pins them all at
+        once instead, so a table first read later cannot be a run ahead. The
+        tables hold exactly the entry's run when none is ahead of it (its
+        ``rmqlake.ledger`` transaction newer than the entry's seq) and each
+        table the run changed holds that change; otherwise a run committed
+        while they were opened, and the caller opens a fresh Lake.
+        """
+        if not self.read_only:
+            raise ValueError("only a read-only Lake pins its tables")
+        entry = self.ledger()
+        applied = {table: self.engine.transaction_version(table, LEDGER_APP_ID) or 0 for table in TABLES}
+        if any(seq > entry.seq for seq in applied.values()):
+            return False
+        if any(applied.get(raw["table"], 0) < entry.seq for raw in entry.manifest):
+            return False
+        self._ledger = entry
+        return True
+
     def travel_to(self, *, seq: int | None = None, at: datetime | None = None) -> LedgerEntry:
         """Read every table as it was right after run ``seq`` (or the last run committed at or before ``at``).
 

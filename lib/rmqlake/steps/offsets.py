@@ -120,7 +120,7 @@ def _append(step: StepRun, snapshots) -> dict:
     return {**metrics, "status": "loaded", "table_versions": versions, "seconds": round(time.monotonic() - started, 3)}
 
 
-def lag(settings: Settings, *, group: str | None = None) -> dict:
+def lag(settings: Settings, *, group: str | None = None, lake: Lake | None = None) -> dict:
     """Lag per group, topic and queue at the latest snapshot, and total lag per group and topic per snapshot.
 
     ``lag`` = queue max offset − consumer offset (messages not consumed yet);
@@ -128,7 +128,7 @@ def lag(settings: Settings, *, group: str | None = None) -> dict:
     consumer offset is below the queue's min offset). History uses each
     queue's max offset as it was at the snapshot time.
     """
-    lake = Lake.from_settings(settings, read_only=True)
+    lake = lake if lake is not None else Lake.from_settings(settings, read_only=True)
     state = lake.state()
     bounds = queue_bounds(lake, state)
     offsets = lake.read_arrow("consumer_offsets").to_pylist()

@@ -11,13 +11,14 @@ from rmqlake.lake.state import CommitlogState, ExpireState, ReputState, RunRecor
 from rmqlake.timeutil import iso
 
 
-def status(settings: Settings) -> dict:
+def status(settings: Settings, *, lake: Lake | None = None) -> dict:
     """Store state, as ``{"store": {...}, "topics": [...], "queues": [...]}``.
 
     Per-queue offsets come from the consumequeue files' statistics (min and
-    max queue offset per file), so nothing is scanned.
+    max queue offset per file), so nothing is scanned. ``lake``: a lake
+    already open (a reader's pinned one); default: the latest versions.
     """
-    lake = Lake.from_settings(settings)
+    lake = lake if lake is not None else Lake.from_settings(settings)
     ledger = lake.ledger()
     commitlog = ledger.state.commitlog or CommitlogState()
     reput = ledger.state.reput or ReputState()
