@@ -151,6 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a param of the spec (repeatable), as Airflow's trigger conf does",
     )
     commands.add_parser("status", parents=[common], help="store state: offsets, segments, checkpoints, disk use")
+    sql = commands.add_parser(
+        "sql",
+        parents=[common],
+        help="DuckDB SQL over the tables as of the last fully applied run",
+        description="Run one SQL statement (DuckDB) over every table at the version of the last fully applied run, "
+        "and the views messages and compacted_messages (ISO-8601 UTC times, body_text where the body is UTF-8). "
+        'Example: rmqlake sql "SELECT topic, count(*) AS messages FROM messages GROUP BY topic"',
+    )
+    sql.add_argument("statement", metavar="SQL", help="one statement; SHOW TABLES lists the tables and views")
 
     query = commands.add_parser("query", help="look messages up as the broker does")
     kinds = query.add_subparsers(dest="query_kind", metavar="KIND", required=True)
@@ -216,7 +225,7 @@ def _spark(settings, args, app: str):
 
 
 # Commands that only read the lake: on a folder that holds no lake they would show nothing and succeed.
-READ_ONLY = frozenset({"status", "query", "lag", "export-store"})
+READ_ONLY = frozenset({"status", "query", "lag", "export-store", "sql"})
 # Timestamp options, checked before any work (export-store's --as-of also takes a run number: its job checks it).
 _TIMESTAMP_OPTIONS = {"now": "--now", "at": "--at", "begin": "--begin", "end": "--end"}
 
@@ -580,6 +589,17 @@ def cmd_query(args, settings) -> int:
     return 0
 
 
+def cmd_sql(args, settings) -> int:
+    from rmqlake.reader import LakeReader
+    from rmqlake.sql import printable_rows
+
+    with LakeReader(settings) as reader:
+        rows = list(printable_rows(reader.sql(args.statement)))
+    _emit(args, rows)  # JSON lines, or a table ("(no rows)" when empty)
+    return 0
+
+
+COMMANDS["sql"] = cmd_sql
 COMMANDS.update(
     generate=cmd_generate,
     ingest=cmd_ingest,
