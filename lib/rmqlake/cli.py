@@ -163,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--hours", type=integer, default=3, help="hours of traffic (default 3)")
     generate.add_argument("--bad-rate", type=fraction, default=0.0, help="extra bad lines as a fraction of messages")
     generate.add_argument("--seed", type=integer, default=42, help="random seed: same seed, same files")
-    generate.add_argument("--start", help="first hour (epoch ms or ISO-8601; default 2026-11-21T00:00Z)")
+    generate.add_argument(
+        "--start", help="first hour (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS; default 2026-11-21T00:00Z)"
+    )
     generate.add_argument("--gzip", action="store_true", help="write .jsonl.gz files")
     generate.add_argument(
         "--body-size", type=integer, help="bodies of about this many bytes (default: empty to 48 KiB)"
@@ -179,10 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
         "compact", parents=[common], help="latest message per key of COMPACTION topics -> compaction_log, compaction_cq"
     )
     compact.add_argument("--topic", help="compact only this COMPACTION topic (default: all of them)")
-    compact.add_argument("--now", help="time recorded for the run (epoch ms or ISO-8601; default: now)")
+    compact.add_argument(
+        "--now", help="time recorded for the run (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS; default: now)"
+    )
     expire = commands.add_parser("expire", parents=[common], help="apply the broker's file-deletion rules as of --now")
     expire.add_argument(
-        "--now", required=True, help="the run's time (epoch ms or ISO-8601); Airflow passes its logical date"
+        "--now",
+        required=True,
+        help="the run's time (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS); Airflow passes its logical date",
     )
     expire.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     expire.add_argument(
@@ -204,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     import_store.add_argument("store_dir", help="the broker's store directory (holding commitlog/)")
     offsets = commands.add_parser("offsets", parents=[common], help="consumer offset snapshots -> consumer_offsets")
     offsets.add_argument("--input", required=True, help="a consumerOffset.json file or a folder of them")
-    offsets.add_argument("--as-of", help="snapshot time (epoch ms or ISO-8601; default: from the file name)")
+    offsets.add_argument(
+        "--as-of", help="snapshot time (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS; default: from the file name)"
+    )
     lag = commands.add_parser("lag", parents=[common], help="consumer lag per group, topic and queue")
     lag.add_argument("--group", help="only this consumer group")
     quality = commands.add_parser(
@@ -216,12 +224,16 @@ def build_parser() -> argparse.ArgumentParser:
         dest="suites",
         help="a suite (commitlog.critical) or a table's suites (commitlog); repeatable; default: all",
     )
-    quality.add_argument("--now", help="time recorded for the results (epoch ms or ISO-8601; default: now)")
+    quality.add_argument(
+        "--now", help="time recorded for the results (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS; default: now)"
+    )
     pipeline = commands.add_parser("pipeline", help="run a pipeline spec locally, in order, as Airflow would")
     pipeline_commands = pipeline.add_subparsers(dest="pipeline_command", metavar="ACTION", required=True)
     pipeline_run = pipeline_commands.add_parser("run", parents=[common], help="run every task of one logical date")
     pipeline_run.add_argument("name", help="pipeline name (pipelines/NAME.yaml)")
-    pipeline_run.add_argument("--logical-date", required=True, help="the run's logical date (epoch ms or ISO-8601)")
+    pipeline_run.add_argument(
+        "--logical-date", required=True, help="the run's logical date (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS)"
+    )
     pipeline_run.add_argument(
         "--pipelines", default=os.environ.get("RMQLAKE_PIPELINES", "pipelines"), help="folder of the specs"
     )
@@ -240,8 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
     by_key = kinds.add_parser("key", parents=[common], help="messages by key (index lookup, key re-checked)")
     by_key.add_argument("--topic", required=True, help="topic of the messages")
     by_key.add_argument("--key", required=True, help="one KEYS token")
-    by_key.add_argument("--begin", help="earliest store time (epoch ms or ISO-8601; default: any)")
-    by_key.add_argument("--end", help="latest store time (epoch ms or ISO-8601; default: any)")
+    by_key.add_argument(
+        "--begin", help="earliest store time (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS; default: any)"
+    )
+    by_key.add_argument("--end", help="latest store time (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS; default: any)")
     by_key.add_argument("--max", type=integer, default=64, help="at most this many (default and cap 64, as the broker)")
     by_key.add_argument("--full", action="store_true", help="show every field and the whole body")
     by_offset = kinds.add_parser("offset", parents=[common], help="messages from a queue offset, with tag filtering")
@@ -261,13 +275,22 @@ def build_parser() -> argparse.ArgumentParser:
     by_time = kinds.add_parser("time", parents=[common], help="queue offset of the first message at a time")
     by_time.add_argument("--topic", required=True, help="topic of the queue")
     by_time.add_argument("--queue", type=integer, required=True, help="queue id")
-    by_time.add_argument("--at", required=True, help="store time (epoch ms or ISO-8601)")
+    by_time.add_argument("--at", required=True, help="store time (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS)")
     by_time.add_argument(
         "--boundary",
         choices=["lower", "upper"],
         default="lower",
         help="lower: first offset stored at or after; upper: last offset stored at or before",
     )
+    by_range = kinds.add_parser("range", parents=[common], help="messages of a topic stored in a time range")
+    by_range.add_argument("--topic", required=True, help="topic of the messages")
+    by_range.add_argument("--queue", type=integer, help="only this queue id (default: every queue of the topic)")
+    by_range.add_argument("--begin", required=True, help="store time from, inclusive (epoch ms, ISO-8601 or mqadmin's)")
+    by_range.add_argument("--end", required=True, help="store time until, exclusive (epoch ms, ISO-8601 or mqadmin's)")
+    by_range.add_argument(
+        "--max", type=integer, default=2000, help="at most this many messages (default 2000, as the dashboard)"
+    )
+    by_range.add_argument("--full", action="store_true", help="show every field and the whole body")
     explain(parser)
     return parser
 
@@ -389,7 +412,10 @@ EXPLAINED: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "query msgid": (
-        "A message by offsetMsgId (store host + physical offset) or by UNIQ_KEY (through the index).",
+        "A message by offsetMsgId (store host + physical offset) or by UNIQ_KEY (through the index), and for\n"
+        "every consumer group with offsets for its topic in consumer_offsets (latest snapshot) whether it\n"
+        "consumed it, as mqadmin queryMsgById: CONSUMED when the group's offset in the message's queue is\n"
+        "past the message's queue offset, else NOT_CONSUME_YET.",
         [
             "rmqlake query msgid 7F00000100002A9F0000000000000000",
             "rmqlake query msgid 0A0000050E5A18B4AAC27E5F3AD10000 --topic OrderEvents --full",
@@ -401,6 +427,16 @@ EXPLAINED: dict[str, tuple[str, list[str]]] = {
         [
             "rmqlake query time --topic OrderEvents --queue 3 --at 2026-11-21T01:30:00Z",
             "rmqlake query time --topic OrderEvents --queue 3 --at 2026-11-21#01:30:00:000 --boundary upper",
+        ],
+    ),
+    "query range": (
+        "Messages of a topic stored from --begin (inclusive) until --end (exclusive), queue by queue in\n"
+        "queue-offset order, as mqadmin printMsg: per queue, the offsets from the one found for --begin up\n"
+        "to the one found for --end (getOffsetInQueueByTime, lower boundary). " + TIMES,
+        [
+            "rmqlake query range --topic OrderEvents --begin 2026-11-21T01:00:00Z --end 2026-11-21T01:05:00Z",
+            "rmqlake query range --topic OrderEvents --queue 3 --begin 2026-11-21#01:00:00:000 "
+            "--end 2026-11-21#01:00:10:000 --full",
         ],
     ),
 }
@@ -423,7 +459,9 @@ def add_ingest_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="a file, a folder or a glob of .jsonl / .jsonl.gz files")
     parser.add_argument("--batch-id", help="name of the batch (default: derived from the input files' hashes)")
     parser.add_argument(
-        "--now", help="time of the run for rejected_at / ingested_at (epoch ms or ISO-8601; default: now)"
+        "--now",
+        help="time of the run for rejected_at / ingested_at (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS; "
+        "default: now)",
     )
     parser.add_argument("--fail-on-reject", action="store_true", help="exit 1 when any line was rejected")
 
@@ -763,7 +801,20 @@ def cmd_query(args, settings) -> int:
         )
         _emit(args, result)
         return 0
-    if args.query_kind == "key":
+    if args.query_kind == "range":
+        result = Q.query_range(
+            lake,
+            topic=args.topic,
+            queue=args.queue,
+            begin=parse_timestamp(args.begin, option="--begin"),
+            end=parse_timestamp(args.end, option="--end"),
+            max_num=args.max,
+            units_per_file=store.cq_units_per_file,
+            segment_size=store.commitlog_segment_size,
+            min_phy_offset=lake.min_physical_offset(),
+            min_offsets=min_offsets,
+        )
+    elif args.query_kind == "key":
         if args.max < 1:
             raise UsageError("--max must be at least 1")
         result = Q.query_key(
@@ -803,10 +854,21 @@ def cmd_query(args, settings) -> int:
         )
     rows = [Q.message_view(m, full=args.full or args.json) for m in result["rows"]]
     summary = {k: v for k, v in result.items() if k not in ("rows", "metrics")} | result.get("metrics", {})
+    tracks = Q.message_tracks(lake, result["rows"]) if args.query_kind == "msgid" else []
     if args.json:
-        _emit(args, [{"kind": "result", **summary}, *({"kind": "message", **r} for r in rows)])
+        _emit(
+            args,
+            [
+                {"kind": "result", **summary},
+                *({"kind": "message", **r} for r in rows),
+                *({"kind": "track", **t} for t in tracks),
+            ],
+        )
     else:
         _emit(args, rows if rows else [{"messages": 0}])
+        if tracks:
+            sys.stdout.write("\nconsumed by the groups with offsets in the lake:\n")
+            _emit(args, tracks)
         sys.stderr.write(", ".join(f"{k}={v}" for k, v in summary.items()) + "\n")
     return 0
 
