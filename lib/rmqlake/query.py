@@ -1,4 +1,5 @@
-"""The broker's lookups over the lake: by key, queue offset, message id and time.
+"""The broker's lookups over the lake: by key, queue offset, message id, time and time range, and whether
+the consumer groups consumed a message.
 
 Lookups read little: the index by slot (files are sorted by slot, so
 Parquet statistics skip most row groups), then only the commitlog segments
@@ -34,13 +35,16 @@ from rmqlake.lake import Lake
 from rmqlake.lake.lake import holds_any
 from rmqlake.lake.state import QueueId
 from rmqlake.lake.tables import COMMITLOG
-from rmqlake.timeutil import iso
+from rmqlake.timeutil import epoch_ms, iso
 
 log = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
 MAX_FILTER_MESSAGE_SIZE = 16000  # maxFilterMessageSize: bytes of CQ a pull scans at least
 DEFAULT_PULL_BATCH = 32
+RANGE_MAX = 2000  # the dashboard's cap on a query by topic and time range
+# mqadmin's TrackType values that a lake can tell apart (DefaultMQAdminExtImpl.messageTrackDetail)
+CONSUMED, NOT_CONSUME_YET = "CONSUMED", "NOT_CONSUME_YET"
 # What a query shows of a message, in this order (the rows' key order in the output).
 MESSAGE_VIEW_COLUMNS = COMMITLOG.schema.select(
     [
@@ -458,20 +462,22 @@ def query_compacted_offset(
     }
 
 
-def query_time(
+def time_search_files(
     lake: Lake,
     *,
     topic: str,
     queue: int,
-    at: int,
-    boundary: str = "lower",
     units_per_file: int,
     min_phy_offset: int = 0,
     min_offsets: Mapping[QueueId, int] | None = None,
-) -> dict:
-    """Queue offset of the first message stored at or after ``at`` (``getOffsetInQueueByTime``)."""
+) -> tuple[list[dict], list, int]:
+    """A queue's units, its CQ files as ``getOffsetInQueueByTime`` searches them, and its min offset.
+
+    A unit whose message expiry deleted (before ``min_phy_offset``) has an
+    unreadable store time (-1), as in the broker.
+    """
     units = queue_units(
-        lake, topic=topic, queue=queue, columns=["queue_offset", "commitlog_offset", "store_timestamp", "cq_file"]
+        lake, topic=topic, queue=queue, columns=["queue_offset", "commitlog_offset", "store_timestamp"]
     ).to_pylist()
     ordered = files_for_time_search(
         (
@@ -485,10 +491,189 @@ def query_time(
         units_per_file=units_per_file,
     )
     minimum = (min_offsets or {}).get(QueueId(topic, queue), units[0]["queue_offset"] if units else 0)
+    return units, ordered, minimum
+
+
+def query_time(
+    lake: Lake,
+    *,
+    topic: str,
+    queue: int,
+    at: int,
+    boundary: str = "lower",
+    units_per_file: int,
+    min_phy_offset: int = 0,
+    min_offsets: Mapping[QueueId, int] | None = None,
+) -> dict:
+    """Queue offset of the first message stored at or after ``at`` (``getOffsetInQueueByTime``)."""
+    _, ordered, minimum = time_search_files(
+        lake,
+        topic=topic,
+        queue=queue,
+        units_per_file=units_per_file,
+        min_phy_offset=min_phy_offset,
+        min_offsets=min_offsets,
+    )
     offset = store_offset_by_time(
         ordered, timestamp=at, boundary=boundary, min_logic_offset=minimum, min_phy_offset=min_phy_offset
     )
     return {"topic": topic, "queue_id": queue, "at": at, "boundary": boundary, "queue_offset": offset}
+
+
+def topic_queues(lake: Lake, topic: str) -> list[int]:
+    """The queue ids of ``topic`` that have consume queue files (from the Delta log, no data read)."""
+    return sorted(
+        {
+            int(stats["partition"]["queue_id"])
+            for stats in lake.file_stats("consumequeue", ["queue_offset"])
+            if stats["partition"]["topic"] == topic
+        }
+    )
+
+
+def query_range(
+    lake: Lake,
+    *,
+    topic: str,
+    queue: int | None = None,
+    begin: int,
+    end: int,
+    max_num: int = RANGE_MAX,
+    units_per_file: int,
+    segment_size: int,
+    min_phy_offset: int = 0,
+    min_offsets: Mapping[QueueId, int] | None = None,
+) -> dict:
+    """Messages of ``topic`` (one queue, or each of its queues) stored from ``begin`` until ``end``.
+
+    As mqadmin ``printMsg`` does it per queue: the offsets from
+    ``searchOffset(begin)`` up to, not including, ``searchOffset(end)``, both
+    ``getOffsetInQueueByTime`` with the lower boundary. So ``begin`` is
+    inclusive and ``end`` exclusive: a message stored exactly at ``end`` is not
+    listed. Only the queue's consume queue units and the commitlog segments of
+    the offsets found are read. Rows come per queue, in queue-offset order;
+    at most ``max_num`` (``truncated`` says when more were in range).
+    """
+    started = time.monotonic()
+    if end < begin:
+        raise UsageError(f"--end ({iso(end)}) is before --begin ({iso(begin)})")
+    queues = [queue] if queue is not None else topic_queues(lake, topic)
+    selected, windows = [], {}
+    for queue_id in queues:
+        units, ordered, minimum = time_search_files(
+            lake,
+            topic=topic,
+            queue=queue_id,
+            units_per_file=units_per_file,
+            min_phy_offset=min_phy_offset,
+            min_offsets=min_offsets,
+        )
+        if not units:
+            windows[queue_id] = (0, 0)
+            continue
+        low, high = (
+            store_offset_by_time(
+                ordered, timestamp=at, boundary="lower", min_logic_offset=minimum, min_phy_offset=min_phy_offset
+            )
+            for at in (begin, end)
+        )
+        windows[queue_id] = (low, high)
+        selected += [u for u in units if low <= u["queue_offset"] < high]
+    truncated = len(selected) > max_num
+    selected = selected[:max_num]
+    messages = read_messages(lake, [u["commitlog_offset"] for u in selected], segment_size=segment_size)
+    rows = [messages[u["commitlog_offset"]] for u in selected if u["commitlog_offset"] in messages]
+    return {
+        "topic": topic,
+        "begin": iso(begin),
+        "end": iso(end),
+        "rows": rows,
+        "metrics": {
+            "queues": len(queues),
+            "in_range": sum(high - low for low, high in windows.values()),
+            "returned": len(rows),
+            "truncated": truncated,
+            "seconds": round(time.monotonic() - started, 4),
+        },
+    }
+
+
+def latest_offsets(lake: Lake, *, topics: Iterable[str]) -> dict[tuple[str, str], tuple[int, dict[int, int]]]:
+    """Per (group, topic) of ``topics``: its latest snapshot time and committed offset per queue then."""
+    wanted = set(topics)
+    rows = [r for r in lake.read_arrow("consumer_offsets").to_pylist() if r["topic"] in wanted]
+    latest: dict[tuple[str, str], tuple[int, dict[int, int]]] = {}
+    for row in sorted(rows, key=lambda r: epoch_ms(r["as_of"])):
+        moment = epoch_ms(row["as_of"])
+        key = (row["group"], row["topic"])
+        if key not in latest or latest[key][0] < moment:
+            latest[key] = (moment, {})
+        latest[key][1][row["queue_id"]] = row["offset"]
+    return latest
+
+
+def message_tracks(lake: Lake, messages: Iterable[Mapping]) -> list[dict]:
+    """Whether each consumer group with offsets in the lake consumed each message, as mqadmin tells it.
+
+    ``DefaultMQAdminExtImpl.messageTrackDetail``/``consumed``: CONSUMED when
+    the group's committed offset in the message's queue is greater than the
+    message's queue offset, else NOT_CONSUME_YET (also when the group has no
+    offset for that queue). The groups are those with committed offsets for
+    the message's topic in ``consumer_offsets`` (the broker asks
+    ``queryTopicConsumeByWho``), each at its latest snapshot. Not modelled,
+    for a lake knows no online consumers: PULL, NOT_ONLINE,
+    CONSUME_BROADCASTING, CONSUMED_BUT_FILTERED (that needs the online
+    consumer's subscription) and the store-host check (a lake is one broker).
+    """
+    messages = list(messages)
+    offsets = latest_offsets(lake, topics={m["topic"] for m in messages})
+    tracks = []
+    for message in messages:
+        for (group, topic), (moment, queues) in sorted(offsets.items()):
+            if topic != message["topic"]:
+                continue
+            committed = queues.get(message["queue_id"])
+            consumed = committed is not None and committed > message["queue_offset"]
+            tracks.append(
+                {
+                    "msg_id": message["msg_id"],
+                    "group": group,
+                    "topic": topic,
+                    "queue_id": message["queue_id"],
+                    "queue_offset": message["queue_offset"],
+                    "consumer_offset": committed,
+                    "as_of": iso(moment),
+                    "track_type": CONSUMED if consumed else NOT_CONSUME_YET,
+                }
+            )
+    return tracks
+
+
+def store_times(
+    lake: Lake, wanted: Mapping[tuple[str, int], Iterable[int]], *, min_phy_offset: int = 0
+) -> dict[tuple[str, int, int], int]:
+    """Store time of the message at each wanted (topic, queue) offset, as ``getMessageStoreTimeStamp``.
+
+    Read from the consume queue, one queue's partition at a time; an offset
+    with no unit, or whose message expiry deleted (before ``min_phy_offset``),
+    has no time (the broker answers -1 there).
+    """
+    found = {}
+    for (topic, queue), offsets in sorted(wanted.items()):
+        offsets = sorted({o for o in offsets if o >= 0})
+        if not offsets:
+            continue
+        units = queue_units(
+            lake,
+            topic=topic,
+            queue=queue,
+            columns=["queue_offset", "commitlog_offset", "store_timestamp"],
+            filter=ds.field("queue_offset").isin(offsets),
+        ).to_pylist()
+        for unit in units:
+            if unit["commitlog_offset"] >= min_phy_offset:
+                found[(topic, queue, unit["queue_offset"])] = unit["store_timestamp"]
+    return found
 
 
 def message_view(message: dict, *, full: bool) -> dict:

@@ -1,14 +1,19 @@
-"""Timestamps on the command line: epoch milliseconds or ISO-8601."""
+"""Timestamps on the command line: epoch milliseconds, ISO-8601 or mqadmin's ``yyyy-MM-dd#HH:mm:ss:SSS``."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from rmqlake.errors import UsageError
 
+# UtilAll.YYYY_MM_DD_HH_MM_SS_SSS, the format mqadmin's printMsg, consumeMessage and the like take for times
+MQADMIN_TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})#([0-9]{2}):([0-9]{2}):([0-9]{2}):([0-9]{3})")
+
 
 def parse_timestamp(text: str | int, *, option: str = "timestamp") -> int:
-    """Epoch milliseconds of ``text`` (digits = epoch ms; ISO-8601 without zone = UTC).
+    """Epoch milliseconds of ``text`` (digits = epoch ms; ISO-8601 without zone = UTC; mqadmin's
+    ``yyyy-MM-dd#HH:mm:ss:SSS`` = UTC: mqadmin reads it in the JVM's zone, a lake has none).
 
     Raises:
         UsageError: neither form, or outside the years 1..9999 (non-ASCII digits are neither form).
@@ -21,11 +26,19 @@ def parse_timestamp(text: str | int, *, option: str = "timestamp") -> int:
         if len(digits) > 19:
             raise UsageError(f"{option}: {text!r:.60} is outside the years 1..9999 in epoch milliseconds")
         return _in_range(int(value), text, option)
+    mqadmin = MQADMIN_TIME.fullmatch(value)
     try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if mqadmin:
+            *fields, millis = (int(part) for part in mqadmin.groups())
+            moment = datetime(*fields, millis * 1000, tzinfo=UTC)
+        elif "#" in value:  # ISO-8601 parsing takes any separator: '#' means mqadmin's form, exactly
+            raise ValueError(value)
+        else:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(
-            f"{option}: {text!r:.60} is neither epoch milliseconds nor ISO-8601 (e.g. 2026-11-22T04:00:00Z)"
+            f"{option}: {text!r:.60} is neither epoch milliseconds nor ISO-8601 (e.g. 2026-11-22T04:00:00Z) "
+            "nor yyyy-MM-dd#HH:mm:ss:SSS (e.g. 2026-11-22#04:00:00:000)"
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)

@@ -15,14 +15,14 @@ from rmqlake.formats.indexfile import index_file_size
 from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table
 from rmqlake.lake.state import QueueId
-from rmqlake.query import query_offset
+from rmqlake.query import query_offset, store_times
 from rmqlake.steps.expire import expire
 from rmqlake.steps.ingest import ingest
 from rmqlake.steps.offsets import lag, load_offsets
 from rmqlake.steps.reput import reput
 from rmqlake.steps.status import status
 from rmqlake.steps.vacuum import vacuum
-from rmqlake.timeutil import parse_timestamp, to_datetime
+from rmqlake.timeutil import iso, parse_timestamp, to_datetime
 from tests.conftest import make_settings
 from tests.reference_expiry import ref_cq_cleanup, ref_index_cleanup, ref_min_offset
 
@@ -275,6 +275,10 @@ def test_data_loss_is_reported_and_can_refuse(spark, tmp_path):
     report = lag(settings, group="billing")
     rows = {r["queue_id"]: r for r in report["latest"]}
     assert rows[0]["expired_unconsumed"] == state[QueueId("OrderEvents", 0)] and rows[0]["lag"] == rows[0]["max_offset"]
+    # in time: nothing consumed (no LastTime); the oldest unconsumed message still stored is at the queue's min offset
+    first_kept = store_times(Lake.from_settings(settings), {("OrderEvents", 0): [rows[0]["min_offset"]]})
+    assert rows[0]["last_time"] is None
+    assert rows[0]["next_time"] == iso(first_kept[("OrderEvents", 0, rows[0]["min_offset"])])
     assert [h["as_of"] for h in report["history"]] == ["2026-11-21T06:00:00.000Z"]
 
 

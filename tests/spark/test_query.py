@@ -1,4 +1,5 @@
-"""Lookups: by key (collisions re-checked), by queue offset with tags, by msgId, by time; and the CLI output."""
+"""Lookups: by key (collisions re-checked), by queue offset with tags, by msgId (and whether each group consumed
+it), by time and time range; lag in time; and the CLI output."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from rmqlake import query as Q
 from rmqlake.generate import TopicPlan, generate
 from rmqlake.lake import Lake
 from rmqlake.steps.ingest import ingest
+from rmqlake.steps.offsets import lag, load_offsets
 from rmqlake.steps.reput import reput
+from rmqlake.timeutil import iso, to_datetime
 from tests.conftest import CONF, make_settings
 from tests.reference import RefBroker, RefConfig, RefDispatcher
 
@@ -206,3 +209,116 @@ def test_cli_query_and_status_print_json_lines(store):
     queues = {(q["topic"], q["queue_id"]): q for q in status if q["kind"] == "queue"}
     for (topic, queue), head in store["broker"].queue_heads.items():
         assert queues[(topic, queue)]["max_offset"] == head == queues[(topic, queue)]["written_offset"]
+
+
+# -- mqadmin parity: consumed or not per group, lag in time, messages by time range -------------------------------
+
+AS_OF = T0 + 2 * 3_600_000  # the snapshot: after every message of the hour of traffic
+
+
+def queue_units_of(store, topic: str, queue: int) -> list[dict]:
+    """The queue's dispatched messages (normal and COMMIT records) in queue-offset order."""
+    return sorted(
+        (
+            m
+            for m in store["broker"].messages
+            if m["topic"] == topic and m["queue_id"] == queue and m["sys_flag"] & 0xC in (0, 8)
+        ),
+        key=lambda m: m["queue_offset"],
+    )
+
+
+@pytest.fixture(scope="module")
+def offsets(store):
+    """One snapshot: cg_done consumed all of OrderEvents, cg_half half of queue 1 only, cg_click only Clickstream."""
+    queue = queue_units_of(store, "OrderEvents", 1)
+    half = len(queue) // 2
+    table = {
+        "OrderEvents@cg_done": {q: len(queue_units_of(store, "OrderEvents", q)) for q in range(TOPICS["OrderEvents"])},
+        "OrderEvents@cg_half": {1: half},
+        "Clickstream@cg_click": {0: 1},
+    }
+    folder = store["root"] / "offsets"
+    folder.mkdir(exist_ok=True)
+    (folder / f"consumerOffset-{AS_OF}.json").write_text(json.dumps({"offsetTable": table}))
+    assert load_offsets(store["settings"], input_path=str(folder))["rows_out"] == 10
+    return {"queue": queue, "half": half}
+
+
+def test_msgid_tells_per_group_whether_the_message_was_consumed(store, offsets):
+    queue, half = offsets["queue"], offsets["half"]
+    consumed, pending = queue[half - 1], queue[half]  # cg_half's offset `half` is the next one to consume
+    for message, expected in ((consumed, "CONSUMED"), (pending, "NOT_CONSUME_YET")):
+        lines = run_cli(store, "query", "msgid", message["msg_id"])
+        assert [line["kind"] for line in lines] == ["result", "message", "track", "track"]  # no cg_click
+        tracks = {line["group"]: line for line in lines if line["kind"] == "track"}
+        assert tracks["cg_done"]["track_type"] == "CONSUMED"
+        assert tracks["cg_half"]["track_type"] == expected
+        assert tracks["cg_half"]["consumer_offset"] == half and tracks["cg_half"]["as_of"] == iso(AS_OF)
+        assert tracks["cg_half"]["queue_offset"] == message["queue_offset"]
+    other_queue = queue_units_of(store, "OrderEvents", 2)[0]  # cg_half has no offset for queue 2
+    tracks = Q.message_tracks(store["lake"], [other_queue])
+    assert [(t["group"], t["consumer_offset"], t["track_type"]) for t in tracks] == [
+        ("cg_done", len(queue_units_of(store, "OrderEvents", 2)), "CONSUMED"),
+        ("cg_half", None, "NOT_CONSUME_YET"),
+    ]
+
+
+def test_lag_shows_the_store_times_at_the_committed_offset_and_the_lag_in_time(store, offsets):
+    queue, half = offsets["queue"], offsets["half"]
+    rows = {(r["group"], r["queue_id"]): r for r in lag(store["settings"])["latest"]}
+    behind = rows[("cg_half", 1)]
+    assert behind["lag"] == len(queue) - half
+    assert behind["last_time"] == iso(queue[half - 1]["store_timestamp"])  # mqadmin's LastTime: offset - 1
+    assert behind["next_time"] == iso(queue[half]["store_timestamp"])  # oldest message not consumed yet
+    assert behind["lag_ms"] == AS_OF - queue[half]["store_timestamp"] > 0
+    done = rows[("cg_done", 1)]
+    assert done["lag"] == 0 and done["lag_ms"] == 0 and done["next_time"] is None
+    assert done["last_time"] == iso(queue[-1]["store_timestamp"])
+    started = rows[("cg_click", 0)]
+    assert started["last_time"] == iso(queue_units_of(store, "Clickstream", 0)[0]["store_timestamp"])
+    lines = run_cli(store, "lag", "--group", "cg_half")
+    assert [(line["kind"], line["lag_ms"]) for line in lines if line["kind"] == "queue"] == [
+        ("queue", behind["lag_ms"])
+    ]
+
+
+def mqadmin_time(epoch_ms: int) -> str:
+    return to_datetime(epoch_ms).strftime("%Y-%m-%d#%H:%M:%S:") + f"{epoch_ms % 1000:03d}"
+
+
+def test_query_range_lists_messages_from_begin_inclusive_to_end_exclusive(store):
+    queue = queue_units_of(store, "Clickstream", 1)
+    times = [m["store_timestamp"] for m in queue]
+    assert times == sorted(times) and len(queue) > 20
+    begin, end = times[5], times[15]
+
+    def lower(at):  # searchOffset: the first offset stored at or after
+        return Q.query_time(store["lake"], topic="Clickstream", queue=1, at=at, units_per_file=40)["queue_offset"]
+
+    expected = [m["queue_offset"] for m in queue if begin <= m["store_timestamp"] < end]
+    assert expected == list(range(lower(begin), lower(end)))
+    assert queue[5]["queue_offset"] in expected and queue[15]["queue_offset"] not in expected  # [begin, end)
+    result = Q.query_range(
+        store["lake"], topic="Clickstream", queue=1, begin=begin, end=end, units_per_file=40, segment_size=SEGMENT
+    )
+    assert [r["queue_offset"] for r in result["rows"]] == expected
+    assert [r["body"] for r in result["rows"]] == [m["body"] for m in queue if m["queue_offset"] in expected]
+    assert result["metrics"]["returned"] == len(expected) and not result["metrics"]["truncated"]
+    # mqadmin's time format on the command line; every queue of the topic without --queue
+    lines = run_cli(
+        store, "query", "range", "--topic", "Clickstream", "--begin", mqadmin_time(begin), "--end", mqadmin_time(end)
+    )
+    messages = [line for line in lines if line["kind"] == "message"]
+    everywhere = sorted(
+        (m["queue_id"], m["queue_offset"])
+        for q in range(TOPICS["Clickstream"])
+        for m in queue_units_of(store, "Clickstream", q)
+        if begin <= m["store_timestamp"] < end
+    )
+    assert [(m["queue_id"], m["queue_offset"]) for m in messages] == everywhere
+    assert lines[0]["returned"] == len(everywhere) and lines[0]["queues"] == TOPICS["Clickstream"]
+    capped = Q.query_range(
+        store["lake"], topic="Clickstream", begin=begin, end=end, max_num=2, units_per_file=40, segment_size=SEGMENT
+    )
+    assert len(capped["rows"]) == 2 and capped["metrics"]["truncated"]

@@ -22,6 +22,7 @@ from rmqlake.errors import InputError, UsageError
 from rmqlake.lake import Lake
 from rmqlake.lake.state import LakeState
 from rmqlake.lake.tables import CONSUMER_OFFSETS
+from rmqlake.query import store_times
 from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.timeutil import epoch_ms, iso
 
@@ -127,6 +128,15 @@ def lag(settings: Settings, *, group: str | None = None, lake: Lake | None = Non
     ``expired_unconsumed`` = how many of them expiry already removed (the
     consumer offset is below the queue's min offset). History uses each
     queue's max offset as it was at the snapshot time.
+
+    In time, as mqadmin ``consumerProgress`` and the broker's lag metrics:
+    ``last_time`` is the store time of the last message consumed (at consumer
+    offset − 1; mqadmin's LastTime, None where it prints N/A: nothing
+    consumed, or that message expired); ``next_time`` the store time of the
+    oldest message not consumed yet still stored (at the consumer offset, or
+    the queue's min offset when expiry removed it); ``lag_ms`` = the
+    snapshot's time − ``next_time`` (the broker's lag latency, measured at the
+    snapshot instead of now; 0 when nothing is left to consume).
     """
     lake = lake if lake is not None else Lake.from_settings(settings, read_only=True)
     state = lake.state()
@@ -140,9 +150,18 @@ def lag(settings: Settings, *, group: str | None = None, lake: Lake | None = Non
     for row in offsets:
         by_time[epoch_ms(row["as_of"])].append(row)
     latest_time = max(by_time)
+    latest_rows = sorted(by_time[latest_time], key=lambda r: (r["group"], r["topic"], r["queue_id"]))
+    wanted: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for row in latest_rows:
+        low, _ = bounds.get((row["topic"], row["queue_id"]), (0, 0))
+        wanted[(row["topic"], row["queue_id"])] |= {row["offset"] - 1, max(row["offset"], low)}
+    times = store_times(lake, wanted, min_phy_offset=lake.min_physical_offset())
     latest = []
-    for row in sorted(by_time[latest_time], key=lambda r: (r["group"], r["topic"], r["queue_id"])):
+    for row in latest_rows:
         low, high = bounds.get((row["topic"], row["queue_id"]), (0, 0))
+        next_time = (
+            times.get((row["topic"], row["queue_id"], max(row["offset"], low))) if high > row["offset"] else None
+        )
         latest.append(
             {
                 "group": row["group"],
@@ -154,6 +173,9 @@ def lag(settings: Settings, *, group: str | None = None, lake: Lake | None = Non
                 "lag": max(0, high - row["offset"]),
                 "expired_unconsumed": max(0, low - row["offset"]),
                 "as_of": iso(latest_time),
+                "last_time": iso(times.get((row["topic"], row["queue_id"], row["offset"] - 1))),
+                "next_time": iso(next_time),
+                "lag_ms": max(0, latest_time - next_time) if next_time is not None else 0,
             }
         )
     history = []
