@@ -250,9 +250,6 @@ def build_parser() -> argparse.ArgumentParser:
         "sql",
         parents=[common],
         help="DuckDB SQL over the tables as of the last fully applied run",
-        description="Run one SQL statement (DuckDB) over every table at the version of the last fully applied run, "
-        "and the views messages and compacted_messages (ISO-8601 UTC times, body_text where the body is UTF-8). "
-        'Example: rmqlake sql "SELECT topic, count(*) AS messages FROM messages GROUP BY topic"',
     )
     sql.add_argument("statement", metavar="SQL", help="one statement; SHOW TABLES lists the tables and views")
 
@@ -395,6 +392,15 @@ EXPLAINED: dict[str, tuple[str, list[str]]] = {
         "The store's state: commitlog and dispatch offsets, checkpoints, segments, queues, topics, disk\n"
         "use and the disk-full flag, compaction positions and the last run of every job.",
         ["rmqlake status", "rmqlake status --json"],
+    ),
+    "sql": (
+        "Run one SQL statement (DuckDB) over every table at the version of the last fully applied run, and\n"
+        "the views messages and compacted_messages (ISO-8601 UTC times, body_text where the body is UTF-8).",
+        [
+            'rmqlake sql "SELECT topic, count(*) AS messages FROM messages GROUP BY topic"',
+            'rmqlake sql "SHOW TABLES"',
+            'rmqlake sql --json "SELECT msg_id, store_time, body_text FROM messages LIMIT 5"',
+        ],
     ),
     "query": (
         "Look messages up as the broker does: by key, queue offset, message id, time or time range.\n"
