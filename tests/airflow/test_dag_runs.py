@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -49,9 +50,20 @@ def landing(tmp_path_factory) -> Path:
     return root / "landing"
 
 
+def rmqlake_home(folder: Path) -> Path:
+    """A checkout as the spark-submit runner needs it: ``jobs/`` and ``dist/rmqlake.zip`` (as `make package`)."""
+    (folder / "jobs").symlink_to(REPO / "jobs")
+    (folder / "dist").mkdir()
+    with zipfile.ZipFile(folder / "dist" / "rmqlake.zip", "w", zipfile.ZIP_DEFLATED) as package:
+        for path in sorted((REPO / "lib" / "rmqlake").rglob("*.py")):
+            package.write(path, path.relative_to(REPO / "lib"))
+    return folder
+
+
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory):
-    """A migrated metadata DB, the pool the specs use, the spark connection, and specs without retry delays."""
+    """A migrated metadata DB, the pool the specs use, the spark connection, specs without retry delays and a
+    checkout with the package."""
     specs = tmp_path_factory.mktemp("pipelines")
     for path in (REPO / "pipelines").glob("*.yaml"):
         spec = yaml.safe_load(path.read_text())
@@ -61,6 +73,7 @@ def airflow(tmp_path_factory):
     lake = tmp_path_factory.mktemp("airflow-lake") / "lake"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RMQLAKE_RUNNER", "spark-submit-operator")
+        patch.setenv("RMQLAKE_HOME", str(rmqlake_home(tmp_path_factory.mktemp("home"))))
         patch.setenv("RMQLAKE_LAKE", str(lake))
         patch.setenv("RMQLAKE_ENV", "test")
         patch.setenv("SPARK_CONF_DIR", str(CONF))
