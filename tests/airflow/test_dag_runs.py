@@ -97,6 +97,16 @@ def run_hour(dag, hour: datetime, landing: Path) -> dict[str, str]:
     return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
+def asset_events() -> set[str]:
+    """URIs of the Assets with an event in the metadata DB: what a DAG scheduled on them would run after."""
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return {event.uri for event in session.scalars(select(AssetEvent))}
+
+
 def pipeline_run(lake: Path, hour: datetime, landing: Path, capsys) -> tuple[int, dict[str, str]]:
     """``rmqlake pipeline run ingest_hourly`` for the hour, in this process: exit code and task states."""
     capsys.readouterr()
@@ -120,6 +130,7 @@ def test_ingest_hourly_runs_past_hours_in_order_and_a_failed_hour_changes_nothin
 
     first = run_hour(dag, HOURS[0], landing)
     assert first == {"ingest": "success", "reput": "success", "compact": "success", "quality": "success"}
+    assert {"rmqlake://default/commitlog", "rmqlake://default/consumequeue"} <= asset_events()  # DAGs can follow
     state = Lake(str(lake)).state()
     assert state.runs["ingest"].at == "2026-11-21T01:00:00+00:00"  # --now is the interval's end
     assert state.runs["ingest"].metrics["rows_out"] > 0
