@@ -15,8 +15,15 @@ submitted is read from the worker's environment when the task runs:
   apache-airflow-providers-apache-spark does) or ``local``
   (``spark-submit --master local[2]`` on the worker);
 * ``RMQLAKE_HOME``: the rmqlake checkout holding ``jobs/`` and
-  ``dist/rmqlake.zip`` (default: this file's parent folder);
+  ``dist/rmqlake.zip`` (default: this file's parent folder); the
+  ``spark-submit-operator`` runner ships the zip with ``--py-files`` and
+  fails when it is missing (``make package`` builds it);
 * ``RMQLAKE_CONF``, ``RMQLAKE_ENV``, ``RMQLAKE_LAKE``: passed to every job.
+
+Each DAG carries its spec's documentation (``doc_md``), params (``Param``
+with a type and a description), tags (``rmqlake`` and the spec's) and, per
+task, the Assets of the lake tables its job writes (``outlets``,
+``rmqlake://<lake>/<table>``), so other DAGs can be scheduled on them.
 """
 
 from __future__ import annotations
@@ -27,16 +34,17 @@ from datetime import timedelta
 from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Asset, Param
 from airflow.timetables.interval import CronDataIntervalTimetable
 
-from rmqlake.pipelines import PipelineSpec, TaskSpec, job_arguments, load_pipelines
+from rmqlake.pipelines import PipelineSpec, TaskSpec, job_arguments, load_pipelines, param_type, render_doc
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 PIPELINES = CHECKOUT / "pipelines"
 RUNNERS = ("spark-submit-operator", "local")
 DEFAULT_RUNNER = "spark-submit-operator"
 DEFAULT_SPARK_CONN = "spark_rmqlake"
+PACKAGE = Path("dist") / "rmqlake.zip"  # under RMQLAKE_HOME; `make package` builds it
 JOB_ENVIRONMENT = ("RMQLAKE_CONF", "RMQLAKE_ENV", "RMQLAKE_LAKE", "JAVA_HOME", "SPARK_CONF_DIR", "PYSPARK_PYTHON")
 
 
@@ -65,8 +73,14 @@ class RmqlakeJobOperator(SparkSubmitOperator):
         if runner == "local":
             self.run_locally(home)
             return
-        package = home / "dist" / "rmqlake.zip"
-        self.py_files = str(package) if package.exists() else None
+        package = home / PACKAGE
+        if not package.is_file():
+            # without it, executors on other hosts could not import rmqlake: fail here, not inside Spark
+            raise FileNotFoundError(
+                f"{package} does not exist: the {runner} runner ships rmqlake to the executors with --py-files. "
+                f"Run `make package` in {home} (or set RMQLAKE_HOME to a checkout where it ran)"
+            )
+        self.py_files = str(package)
         self._conn_id = os.environ.get("RMQLAKE_SPARK_CONN", DEFAULT_SPARK_CONN)
         self._hook = None  # built from the connection chosen above
         super().execute(context)
@@ -99,12 +113,13 @@ def build_dag(spec: PipelineSpec) -> DAG:
     with DAG(
         dag_id=spec.name,
         description=spec.description,
+        doc_md=render_doc(spec),
         schedule=schedule,
         start_date=spec.start_date,
         catchup=spec.catchup,
         max_active_runs=spec.max_active_runs,
-        params=dict(spec.params),
-        tags=["rmqlake"],
+        params={name: _param(name, spec) for name in spec.params},
+        tags=spec.dag_tags,
         default_args={"owner": "rmqlake"},
     ) as dag:
         operators = {name: _operator(name, spec.tasks[name], spec) for name in spec.order()}
@@ -119,9 +134,15 @@ def build_dags(folder: Path) -> dict[str, DAG]:
     return {spec.name: build_dag(spec) for spec in load_pipelines(folder).values()}
 
 
+def _param(name: str, spec: PipelineSpec) -> Param:
+    default = spec.params[name]
+    return Param(default, type=param_type(default), description=spec.param_descriptions.get(name))
+
+
 def _operator(name: str, task: TaskSpec, spec: PipelineSpec) -> RmqlakeJobOperator:
     options = {
         "task_id": name,
+        "outlets": [Asset(uri) for uri in spec.outlets(name)],
         "retries": task.retries,
         "retry_delay": timedelta(minutes=task.retry_delay_minutes),
         "execution_timeout": timedelta(minutes=task.timeout_minutes),

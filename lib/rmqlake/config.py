@@ -13,11 +13,11 @@ import copy
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rmqlake.errors import ConfigError
 from rmqlake.formats.hosts import parse_host
@@ -29,6 +29,7 @@ LONG_MAX = 2**63 - 1
 # A JVM heap size as both -Xmx and Spark read it: digits and a unit (without one, -Xmx counts bytes, Spark MiB).
 _JVM_MEMORY = re.compile(r"([1-9][0-9]{0,9})([kmgt])", re.IGNORECASE)
 _MIB = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+SPARK_CONF_PATH = ["spark", "conf"]  # --set spark.conf.<Spark key>=<value>: passed to the SparkSession
 DRIVER_MEMORY_MIN_MIB = 512  # Spark refuses a driver heap under 450 MiB (300 MiB reserved x 1.5)
 
 
@@ -156,6 +157,18 @@ class LakeSettings(_Section):
         return self
 
 
+def _spark_conf_value(value: Any) -> str:
+    """Spark settings are strings; a number or a bool is written as Spark reads it (``3``, ``true``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return str(value)
+    raise ValueError(f"a Spark setting is a string, a number or a bool, not a {type(value).__name__}")
+
+
+SparkConfValue = Annotated[str, BeforeValidator(_spark_conf_value)]
+
+
 class SparkSettings(_Section):
     """Session settings used when rmqlake builds the session (not under spark-submit)."""
 
@@ -163,7 +176,7 @@ class SparkSettings(_Section):
     app_name: str = "rmqlake"
     shuffle_partitions: int = Field(4, ge=1, le=INT_MAX)
     driver_memory: str = "2g"
-    conf: dict[str, str] = Field(default_factory=dict)
+    conf: dict[str, SparkConfValue] = Field(default_factory=dict)  # passed to the session as they are
     delta_jars: str = ".jars/delta"  # lake.engine delta-spark outside spark-submit: the folder `make jars` fills
 
     @field_validator("driver_memory")
@@ -342,6 +355,8 @@ def load_settings(
         _merge(merged, _read_yaml(env_file), str(env_file), sources)
     for text in overrides:
         path, value = parse_override(text)
+        if path[:2] == SPARK_CONF_PATH and len(path) > 2:  # a Spark key holds dots: one key under spark.conf
+            path = [*SPARK_CONF_PATH, ".".join(path[2:])]
         overlay: dict[str, Any] = {path[-1]: value}
         for part in reversed(path[:-1]):
             overlay = {part: overlay}

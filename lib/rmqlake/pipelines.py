@@ -18,10 +18,32 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rmqlake.errors import ConfigError
+from rmqlake.steps import TABLES_WRITTEN
 
 JOBS = ("ingest", "reput", "compact", "expire", "offsets", "lag", "vacuum", "quality")
 CRON_PRESETS = {"@hourly": "0 * * * *", "@daily": "0 0 * * *"}
 PRESETS = (*CRON_PRESETS, "@once")
+DEFAULT_TAG = "rmqlake"
+ASSET_SCHEME = "rmqlake"
+Scalar = str | int | float | bool
+# JSON-schema type of a param, from its default (bool first: a bool is an int in Python)
+_PARAM_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"))
+
+
+def asset_uri(lake: str, table: str) -> str:
+    """The stable Asset URI of a lake table: ``rmqlake://<lake name>/<table>``.
+
+    The lake's root (a folder or an object-store URI) is known only on the
+    worker when a job runs, and may differ between workers; the name is the
+    spec's ``lake`` field, fixed when the DAG is parsed, so other DAGs can
+    be scheduled on it.
+    """
+    return f"{ASSET_SCHEME}://{lake}/{table}"
+
+
+def param_type(value: Scalar) -> str:
+    """The JSON-schema type Airflow validates a param against, from the param's default."""
+    return next(name for kind, name in _PARAM_TYPES if isinstance(value, kind))
 
 
 class TaskSpec(BaseModel):
@@ -30,7 +52,8 @@ class TaskSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     job: Literal[JOBS]  # type: ignore[valid-type]
-    args: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    # a list is the option repeated: ``set: [a=1, b=2]`` is ``--set a=1 --set b=2``
+    args: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
     depends_on: list[str] = Field(default_factory=list)
     retries: int = Field(1, ge=0, le=10)
     retry_delay_minutes: float = Field(5, ge=0)
@@ -46,19 +69,50 @@ class TaskSpec(BaseModel):
 
 
 class PipelineSpec(BaseModel):
-    """A pipeline: schedule, start, catch-up, concurrency and its tasks."""
+    """A pipeline: schedule, start, catch-up, concurrency and its tasks.
+
+    ``params`` maps a name to its default, written in the YAML either as the
+    default alone or as ``{default: ..., description: ...}``; the
+    descriptions are kept apart in ``param_descriptions``, so ``params`` is
+    what the jobs' templates see (as Airflow's ``params``).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    description: str = ""
+    description: str = ""  # one line: the DAG's description
+    doc: str = ""  # Markdown: what the pipeline does and why, the start of the DAG's documentation
+    lake: str = Field("default", pattern=r"^[a-z0-9][a-z0-9_.-]*$")  # the lake's name in the Asset URIs
+    tags: list[str] = Field(default_factory=list)
     schedule: str
     start_date: datetime
     catchup: bool = False
     max_active_runs: int = Field(1, ge=1)
     pool: str | None = None  # an Airflow pool shared by the pipelines that write one lake
-    params: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    params: dict[str, Scalar] = Field(default_factory=dict)
+    param_descriptions: dict[str, str] = Field(default_factory=dict)
     tasks: dict[str, TaskSpec]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _param_long_form(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict) or not isinstance(raw.get("params"), dict):
+            return raw
+        params, descriptions = {}, dict(raw.get("param_descriptions") or {})
+        for name, value in raw["params"].items():
+            if isinstance(value, dict):
+                unknown = set(value) - {"default", "description"}
+                if "default" not in value or unknown:
+                    raise ValueError(
+                        f"param {name!r}: a default alone, or a mapping of default and description "
+                        f"(found keys: {', '.join(map(str, value))})"
+                    )
+                params[name] = value["default"]
+                if value.get("description"):
+                    descriptions[name] = str(value["description"])
+            else:
+                params[name] = value
+        return {**raw, "params": params, "param_descriptions": descriptions}
 
     @field_validator("schedule")
     @classmethod
@@ -87,7 +141,19 @@ class PipelineSpec(BaseModel):
                 if upstream not in self.tasks:
                     raise ValueError(f"task {name!r} depends on {upstream!r}, which is not a task of this pipeline")
         self.order()  # raises on a cycle
+        for name in self.param_descriptions:
+            if name not in self.params:
+                raise ValueError(f"param_descriptions names {name!r}, which is not a param")
         return self
+
+    @property
+    def dag_tags(self) -> list[str]:
+        """The DAG's tags: ``rmqlake`` first, then the spec's own (each once)."""
+        return list(dict.fromkeys([DEFAULT_TAG, *self.tags]))
+
+    def outlets(self, task: str) -> list[str]:
+        """Asset URIs of the lake tables the task's job writes (see ``asset_uri``)."""
+        return [asset_uri(self.lake, table) for table in TABLES_WRITTEN[self.tasks[task].job]]
 
     def order(self) -> list[str]:
         """Task names in dependency order (ties in declaration order)."""
@@ -143,14 +209,51 @@ def load_pipelines(folder: str | Path) -> dict[str, PipelineSpec]:
 
 
 def job_arguments(task: TaskSpec) -> list[str]:
-    """The task's options as command-line arguments (still templated): ``--name value``, ``--flag``."""
+    """The task's options as command-line arguments (still templated): ``--name value``, ``--flag``; a list
+    repeats the option (``--set a=1 --set b=2``)."""
     args: list[str] = []
-    for name, value in task.args.items():
-        if value is True:
-            args.append(f"--{name}")
-        elif value is not False:
-            args += [f"--{name}", str(value)]
+    for name, values in task.args.items():
+        for value in values if isinstance(values, list) else [values]:
+            if value is True:
+                args.append(f"--{name}")
+            elif value is not False:
+                args += [f"--{name}", str(value)]
     return args
+
+
+def render_doc(spec: PipelineSpec) -> str:
+    """The DAG's documentation (Markdown): what the pipeline does, its schedule, params and tasks."""
+    lines = [f"# {spec.name}", ""]
+    lines += [spec.description, ""] if spec.description else []
+    lines += [spec.doc.strip(), ""] if spec.doc.strip() else []
+    schedule = f"`{spec.schedule}`" + ("" if spec.cron in (None, spec.schedule) else f" (`{spec.cron}`)")
+    lines += [
+        "## Schedule",
+        "",
+        f"- schedule: {schedule}, from {spec.start_date.isoformat()}",
+        f"- catch-up: {'yes' if spec.catchup else 'no'}; at most {spec.max_active_runs} run(s) at a time",
+    ]
+    lines += [f"- pool: `{spec.pool}`"] if spec.pool else []
+    lines += [f"- lake: `{spec.lake}` (Assets `{asset_uri(spec.lake, '<table>')}`)", ""]
+    if spec.params:
+        lines += ["## Params", "", "| param | type | default | description |", "| --- | --- | --- | --- |"]
+        for name, value in spec.params.items():
+            description = _cell(spec.param_descriptions.get(name, ""))
+            lines.append(f"| `{name}` | {param_type(value)} | `{_cell(str(value))}` | {description} |")
+        lines.append("")
+    lines += ["## Tasks", "", "| task | job | after | arguments | writes |", "| --- | --- | --- | --- | --- |"]
+    for name in spec.order():
+        task = spec.tasks[name]
+        after = ", ".join(task.depends_on) or "-"
+        arguments = f"`{_cell(' '.join(job_arguments(task)))}`" if task.args else "-"
+        writes = ", ".join(TABLES_WRITTEN[task.job]) or "-"
+        lines.append(f"| `{name}` | `{task.job}` | {after} | {arguments} | {writes} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def render(arguments: list[str], *, spec: PipelineSpec, logical_date: datetime) -> list[str]:

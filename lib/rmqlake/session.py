@@ -95,6 +95,18 @@ def delta_jar_paths(folder: str | Path) -> list[str]:
     )
 
 
+def session_conf(settings: SparkSettings, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The settings rmqlake gives the session builder, later ones winning: the shuffle partitions, the
+    user's ``spark.conf`` (conf files or ``--set spark.conf.<key>=<value>``), ``extra`` (the Delta extension),
+    then the SQL settings rmqlake's jobs rely on."""
+    return {
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        **settings.conf,
+        **(extra or {}),
+        **REQUIRED_SQL_CONF,
+    }
+
+
 def get_spark(
     settings: SparkSettings | None = None,
     *,
@@ -140,8 +152,7 @@ def get_spark(
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.driver.bindAddress", "127.0.0.1")
         )
-    builder = builder.config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
-    for key, value in {**settings.conf, **extra, **REQUIRED_SQL_CONF}.items():
+    for key, value in session_conf(settings, extra).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     packages = spark.sparkContext.getConf().get("spark.jars.packages", "")

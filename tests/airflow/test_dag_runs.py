@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -49,9 +50,20 @@ def landing(tmp_path_factory) -> Path:
     return root / "landing"
 
 
+def rmqlake_home(folder: Path) -> Path:
+    """A checkout as the spark-submit runner needs it: ``jobs/`` and ``dist/rmqlake.zip`` (as `make package`)."""
+    (folder / "jobs").symlink_to(REPO / "jobs")
+    (folder / "dist").mkdir()
+    with zipfile.ZipFile(folder / "dist" / "rmqlake.zip", "w", zipfile.ZIP_DEFLATED) as package:
+        for path in sorted((REPO / "lib" / "rmqlake").rglob("*.py")):
+            package.write(path, path.relative_to(REPO / "lib"))
+    return folder
+
+
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory):
-    """A migrated metadata DB, the pool the specs use, the spark connection, and specs without retry delays."""
+    """A migrated metadata DB, the pool the specs use, the spark connection, specs without retry delays and a
+    checkout with the package."""
     specs = tmp_path_factory.mktemp("pipelines")
     for path in (REPO / "pipelines").glob("*.yaml"):
         spec = yaml.safe_load(path.read_text())
@@ -61,6 +73,7 @@ def airflow(tmp_path_factory):
     lake = tmp_path_factory.mktemp("airflow-lake") / "lake"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RMQLAKE_RUNNER", "spark-submit-operator")
+        patch.setenv("RMQLAKE_HOME", str(rmqlake_home(tmp_path_factory.mktemp("home"))))
         patch.setenv("RMQLAKE_LAKE", str(lake))
         patch.setenv("RMQLAKE_ENV", "test")
         patch.setenv("SPARK_CONF_DIR", str(CONF))
@@ -82,6 +95,16 @@ def run_hour(dag, hour: datetime, landing: Path) -> dict[str, str]:
     run = dag.test(logical_date=hour + timedelta(hours=1), run_conf={"landing": str(landing)})
     assert run.data_interval_start == hour
     return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def asset_events() -> set[str]:
+    """URIs of the Assets with an event in the metadata DB: what a DAG scheduled on them would run after."""
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return {event.uri for event in session.scalars(select(AssetEvent))}
 
 
 def pipeline_run(lake: Path, hour: datetime, landing: Path, capsys) -> tuple[int, dict[str, str]]:
@@ -107,6 +130,7 @@ def test_ingest_hourly_runs_past_hours_in_order_and_a_failed_hour_changes_nothin
 
     first = run_hour(dag, HOURS[0], landing)
     assert first == {"ingest": "success", "reput": "success", "compact": "success", "quality": "success"}
+    assert {"rmqlake://default/commitlog", "rmqlake://default/consumequeue"} <= asset_events()  # DAGs can follow
     state = Lake(str(lake)).state()
     assert state.runs["ingest"].at == "2026-11-21T01:00:00+00:00"  # --now is the interval's end
     assert state.runs["ingest"].metrics["rows_out"] > 0

@@ -13,7 +13,10 @@ import pytest
 import yaml
 from airflow.dag_processing.dagbag import DagBag
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, Param
 
+from rmqlake.pipelines import load_pipeline, render_doc
+from rmqlake.steps import TABLES_WRITTEN
 from tests.conftest import REPO
 
 DAG_FILE = REPO / "airflow_dags" / "rmqlake_dags.py"
@@ -62,6 +65,59 @@ def test_the_dag_has_the_spec_schedule_tasks_and_edges(bag, path: Path):
         assert operator.application == f"jobs/{task['job']}.py"
         assert operator.retries == task.get("retries", operator.retries)
         assert operator.pool == spec.get("pool", operator.pool)
+
+
+@pytest.mark.parametrize("path", SPECS, ids=[path.stem for path in SPECS])
+def test_the_dag_is_documented_from_its_spec(bag, path: Path):
+    spec = yaml.safe_load(path.read_text())
+    dag = bag.dags[spec["name"]]
+    assert dag.doc_md == render_doc(load_pipeline(path))
+    assert spec["description"] in dag.doc_md and spec["doc"].strip() in dag.doc_md
+    assert all(f"| `{name}` | `{task['job']}` |" in dag.doc_md for name, task in spec["tasks"].items())
+    assert set(dag.tags) == {"rmqlake", *spec["tags"]}
+
+
+@pytest.mark.parametrize("path", SPECS, ids=[path.stem for path in SPECS])
+def test_params_are_typed_and_described(bag, path: Path):
+    spec = yaml.safe_load(path.read_text())
+    params = bag.dags[spec["name"]].params
+    assert set(params) == set(spec.get("params", {}))
+    for name, declared in spec.get("params", {}).items():
+        param = params.get_param(name)
+        assert isinstance(param, Param)
+        assert (param.value, param.description) == (declared["default"], declared["description"])
+        assert param.schema["type"] == "string" and param.description
+
+
+@pytest.mark.parametrize("path", SPECS, ids=[path.stem for path in SPECS])
+def test_each_task_outlets_the_assets_of_the_tables_its_job_writes(bag, path: Path):
+    spec = yaml.safe_load(path.read_text())
+    dag = bag.dags[spec["name"]]
+    for name, task in spec["tasks"].items():
+        outlets = dag.get_task(name).outlets
+        assert all(isinstance(outlet, Asset) for outlet in outlets)
+        expected = [f"rmqlake://{spec.get('lake', 'default')}/{table}" for table in TABLES_WRITTEN[task["job"]]]
+        assert [outlet.uri for outlet in outlets] == expected
+        assert [outlet.name for outlet in outlets] == expected  # what a user's Asset("rmqlake://...") names
+    writers = [t for t in dag.tasks if any(o.uri.endswith("/commitlog") for o in t.outlets)]
+    assert [t.task_id for t in writers] == [
+        n for n, t in spec["tasks"].items() if "commitlog" in TABLES_WRITTEN[t["job"]]
+    ]
+
+
+def test_the_spark_submit_runner_refuses_to_run_without_the_package(bag, monkeypatch, tmp_path):
+    task = bag.dags["ingest_hourly"].get_task("reput")
+    submitted = []
+    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: submitted.append(self.py_files))
+    monkeypatch.setenv("RMQLAKE_RUNNER", "spark-submit-operator")
+    monkeypatch.setenv("RMQLAKE_HOME", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"dist/rmqlake\.zip does not exist.*Run `make package`"):
+        task.execute({})
+    assert submitted == []  # nothing was submitted
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "rmqlake.zip").write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip
+    task.execute({})
+    assert submitted == [str(tmp_path / "dist" / "rmqlake.zip")]
 
 
 def test_jobs_get_the_data_interval_not_the_wall_clock(bag):

@@ -12,6 +12,7 @@ import pytest
 from rmqlake.cli import main
 from rmqlake.generate import TopicPlan, generate
 from rmqlake.lake import Lake
+from rmqlake.steps import TABLES_WRITTEN
 from rmqlake.steps.runner import STABLE_METRICS
 from tests.conftest import CONF
 
@@ -95,3 +96,29 @@ def test_what_rows_in_and_rows_out_count(runs):
     assert imported["rows_out"] == imported["messages"] and imported["rejected"] == imported["corrupt_records"]
     idle = runs["results"][-1][2]
     assert idle["status"] == "up_to_date" and (idle["rows_in"], idle["table_versions"]) == (0, {})
+
+
+@pytest.mark.parametrize("job", sorted({job for job, _, _ in JOBS} - {"export-store"}))  # export-store only reads
+def test_a_job_commits_only_to_the_tables_it_declares(runs, job):
+    # the Airflow DAGs declare these as the task's outlets: a table missing here would never trigger its Asset
+    committed = {table for name, _, result in runs["results"] if name == job for table in result["table_versions"]}
+    assert committed <= set(TABLES_WRITTEN[job]), sorted(committed - set(TABLES_WRITTEN[job]))
+    if job in ("ingest", "reput", "compact", "offsets", "quality"):  # each did its full work here
+        assert committed == set(TABLES_WRITTEN[job])
+
+
+def test_spark_conf_from_set_reaches_the_jobs_session(spark, tmp_path, monkeypatch):
+    seen = {}
+
+    def reput(session, settings):
+        seen["partitions"] = session.conf.get("spark.sql.shuffle.partitions")
+        return {}
+
+    monkeypatch.setattr("rmqlake.steps.reput.reput", reput)
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        args = ["--conf", str(CONF), "--env", "test", "--lake", str(tmp_path / "lake")]
+        _cli("reput", *args, "--set", "spark.conf.spark.sql.shuffle.partitions=3")
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    assert seen == {"partitions": "3"}

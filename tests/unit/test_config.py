@@ -124,3 +124,46 @@ def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
         ConfigError, match=f"configuration file {conf / 'env' / 'latin.yaml'} is not UTF-8 text \\(byte 27\\)"
     ):
         load_settings(conf, env="latin")
+
+
+def test_spark_conf_keys_are_passed_to_the_session_as_given():
+    from rmqlake.session import session_conf
+
+    settings = load_settings(
+        CONF,
+        overrides=[
+            "spark.conf.spark.sql.shuffle.partitions=3",  # the dotted Spark key is one key, the number a string
+            "spark.conf.spark.sql.adaptive.enabled=false",
+            "spark.conf.spark.sql.files.maxPartitionBytes=64m",
+            "spark.conf.spark.memory.fraction=0.5",
+        ],
+    )
+    assert settings.spark.conf == {
+        "spark.sql.shuffle.partitions": "3",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.files.maxPartitionBytes": "64m",
+        "spark.memory.fraction": "0.5",
+    }
+    conf = session_conf(settings.spark)
+    assert conf["spark.sql.shuffle.partitions"] == "3"  # wins over spark.shuffle_partitions
+    assert conf["spark.sql.adaptive.enabled"] == "false" and conf["spark.memory.fraction"] == "0.5"
+    assert session_conf(load_settings(CONF).spark)["spark.sql.shuffle.partitions"] == "4"
+
+
+def test_rmqlakes_own_sql_settings_win_over_spark_conf():
+    from rmqlake.session import REQUIRED_SQL_CONF, session_conf
+
+    settings = load_settings(CONF, overrides=["spark.conf.spark.sql.session.timeZone=Asia/Shanghai"])
+    assert session_conf(settings.spark)["spark.sql.session.timeZone"] == REQUIRED_SQL_CONF["spark.sql.session.timeZone"]
+
+
+@pytest.mark.parametrize(
+    ("override", "kind"), [("[1, 2]", "list"), ("{a: 1}", "dict"), ("null", "NoneType")], ids=["list", "map", "null"]
+)
+def test_a_spark_conf_value_that_is_not_a_scalar_is_a_config_error(override, kind):
+    with pytest.raises(ConfigError) as info:
+        load_settings(CONF, overrides=[f"spark.conf.spark.sql.shuffle.partitions={override}"])
+    message = str(info.value)
+    assert "spark.conf.spark.sql.shuffle.partitions" in message
+    assert f"a Spark setting is a string, a number or a bool, not a {kind}" in message
+    assert f"(from --set spark.conf.spark.sql.shuffle.partitions={override})" in message
