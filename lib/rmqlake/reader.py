@@ -180,6 +180,12 @@ class LakeReader:
         )
         return _messages(result, as_pandas=as_pandas)
 
+    def message_tracks(self, msg_id: str, *, topic: str | None = None, as_pandas: bool = False):
+        """Per consumer group with offsets in the lake, whether it consumed the message ``msg_id``
+        (CONSUMED / NOT_CONSUME_YET, as ``rmqlake query msgid`` and mqadmin's queryMsgById track it)."""
+        messages = self.query_msgid(msg_id, topic=topic)
+        return _output(_rows_table(Q.message_tracks(self.lake, messages.to_pylist())), as_pandas=as_pandas)
+
     def query_time(
         self, topic: str, queue: int, at: int | str | datetime, *, boundary: str = "lower", as_pandas: bool = False
     ):

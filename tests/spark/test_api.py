@@ -56,7 +56,12 @@ def run_cli(lake, *args) -> list[dict]:
 
 def cli_messages(lake, *args) -> tuple[dict, list[dict]]:
     lines = run_cli(lake, "query", *args)
-    return lines[0], [{k: v for k, v in line.items() if k != "kind"} for line in lines[1:]]
+    return lines[0], [{k: v for k, v in line.items() if k != "kind"} for line in lines if line["kind"] == "message"]
+
+
+def cli_tracks(lake, msg_id: str) -> list[dict]:
+    lines = run_cli(lake, "query", "msgid", msg_id)
+    return [{k: v for k, v in line.items() if k != "kind"} for line in lines if line["kind"] == "track"]
 
 
 def api_messages(table) -> list[dict]:
@@ -98,6 +103,8 @@ def test_every_lookup_agrees_with_the_cli(built):
     ]:
         assert api_messages(table) == rows and rows
         assert without_timing(result_of(table)) == without_timing(summary)
+    tracks = cli_tracks(lake, first["msg_id"])
+    assert store.message_tracks(first["msg_id"]).to_pylist() == tracks and tracks
     assert (
         store.query_offset("OrderEvents", first["queue_id"], 0, max_num=50, as_pandas=True).attrs["status"] == "FOUND"
     )
