@@ -252,6 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="DuckDB SQL over the tables as of the last fully applied run",
     )
     sql.add_argument("statement", metavar="SQL", help="one statement; SHOW TABLES lists the tables and views")
+    describe = commands.add_parser(
+        "describe", parents=[common], help="the lake's tables, or one table's columns, types and meanings"
+    )
+    describe.add_argument("table", nargs="?", metavar="TABLE", help="a table name (default: list the tables)")
 
     query = commands.add_parser("query", help="look messages up as the broker does")
     kinds = query.add_subparsers(dest="query_kind", metavar="KIND", required=True)
@@ -401,6 +405,12 @@ EXPLAINED: dict[str, tuple[str, list[str]]] = {
             'rmqlake sql "SHOW TABLES"',
             'rmqlake sql --json "SELECT msg_id, store_time, body_text FROM messages LIMIT 5"',
         ],
+    ),
+    "describe": (
+        "What the lake's tables hold: without TABLE, every table with its partition columns and what a row\n"
+        "is; with TABLE, its columns, their types and what each means (the same comments the Delta schemas\n"
+        "carry). Reads no lake.",
+        ["rmqlake describe", "rmqlake describe consumequeue", "rmqlake describe commitlog --json"],
     ),
     "query": (
         "Look messages up as the broker does: by key, queue offset, message id, time or time range.\n"
@@ -898,8 +908,35 @@ def cmd_sql(args, settings) -> int:
     return 0
 
 
-COMMANDS["sql"] = cmd_sql
+def cmd_describe(args, settings) -> int:
+    from rmqlake.lake.tables import TABLES
+
+    if args.table is None:
+        rows = [
+            {"table": spec.name, "partitioned_by": ", ".join(spec.partition_by), "row": spec.description}
+            for spec in TABLES.values()
+        ]
+    elif args.table in TABLES:
+        spec = TABLES[args.table]
+        rows = [
+            {
+                "column": column.name,
+                "type": column.type,
+                "partition": "yes" if column.name in spec.partition_by else "",
+                "meaning": column.comment,
+            }
+            for column in spec.schema.columns
+        ]
+    else:
+        raise UsageError(f"no table {args.table!r}; the tables are {', '.join(TABLES)}")
+    args.full = True  # the meanings are the point: wrap them rather than shorten them
+    _emit(args, rows)
+    return 0
+
+
 COMMANDS.update(
+    describe=cmd_describe,
+    sql=cmd_sql,
     generate=cmd_generate,
     ingest=cmd_ingest,
     reput=cmd_reput,
