@@ -25,7 +25,8 @@ from rmqlake.store.rows import record_from_row
 REPO = Path(__file__).resolve().parents[2]
 JARS = REPO / ".jars"
 ROCKETMQ_JARS = JARS / "rocketmq"
-CLASSES = JARS / "interop-classes"
+# RMQLAKE_INTEROP_CLASSES: another folder of compiled harness classes (a harness being changed, before `make jars`)
+CLASSES = Path(os.environ.get("RMQLAKE_INTEROP_CLASSES") or JARS / "interop-classes")
 ROCKETMQ_VERSION = "5.3.3"
 
 

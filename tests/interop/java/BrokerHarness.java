@@ -10,7 +10,10 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.security.MessageDigest;
+import java.util.ArrayList;
+import java.util.Collection;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import org.apache.rocketmq.broker.BrokerController;
@@ -110,11 +113,11 @@ public class BrokerHarness {
         System.out.flush();
     }
 
-    private static void progress(String line) {
+    static void progress(String line) {
         System.err.println("BrokerHarness: " + line);
     }
 
-    private static void startWatchdog(int seconds) {
+    static void startWatchdog(int seconds) {
         Thread watchdog = new Thread(() -> {
             try {
                 Thread.sleep(seconds * 1000L);
@@ -129,7 +132,7 @@ public class BrokerHarness {
     }
 
     /** A port p free on 127.0.0.1 such that p - below ... p + 1 are free too (the broker's fast and HA ports). */
-    private static int freePorts(int below) throws IOException {
+    static int freePorts(int below) throws IOException {
         for (int attempt = 0; attempt < 200; attempt++) {
             int port;
             try (ServerSocket probe = new ServerSocket(0, 1, InetAddress.getByName(HOST))) {
@@ -153,7 +156,7 @@ public class BrokerHarness {
         throw new IOException("no free port range on " + HOST);
     }
 
-    private static NamesrvController startNamesrv(String work, int port) throws Exception {
+    static NamesrvController startNamesrv(String work, int port) throws Exception {
         NamesrvConfig config = new NamesrvConfig();
         config.setKvConfigPath(work + File.separator + "namesrv" + File.separator + "kvConfig.json");
         config.setConfigStorePath(work + File.separator + "namesrv" + File.separator + "namesrv.properties");
@@ -168,7 +171,7 @@ public class BrokerHarness {
         return controller;
     }
 
-    private static BrokerController startBroker(JSONObject spec, String namesrvAddr, int port) throws Exception {
+    static BrokerController startBroker(JSONObject spec, String namesrvAddr, int port) throws Exception {
         String store = spec.getString("store");
         if (!new File(store, "config" + File.separator + "topics.json").isFile()) {
             throw new IllegalArgumentException(store + " holds no config/topics.json: not an exported store");
@@ -189,6 +192,16 @@ public class BrokerHarness {
         storeConfig.setMaxHashSlotNum(spec.getIntValue("indexSlots"));
         storeConfig.setMaxIndexNum(spec.getIntValue("indexMaxEntries"));
         storeConfig.setHaListenPort(port + 1);
+        // the scheduled-message services, when a spec sets them (ScheduleHarness: short delays, small timer files)
+        if (spec.containsKey("messageDelayLevel")) {
+            storeConfig.setMessageDelayLevel(spec.getString("messageDelayLevel"));
+        }
+        if (spec.containsKey("timerMaxDelaySec")) {
+            storeConfig.setTimerMaxDelaySec(spec.getIntValue("timerMaxDelaySec"));
+        }
+        if (spec.containsKey("timerLogFileSize")) {
+            storeConfig.setMappedFileSizeTimerLog(spec.getIntValue("timerLogFileSize"));
+        }
         NettyServerConfig server = new NettyServerConfig();
         server.setBindAddress(HOST);
         server.setListenPort(port);  // the fast server listens on port - 2
@@ -202,15 +215,24 @@ public class BrokerHarness {
 
     private static void waitForRegistration(NamesrvController namesrv, JSONObject spec, int seconds)
         throws InterruptedException {
-        long deadline = System.currentTimeMillis() + seconds * 1000L;
+        List<String> topics = new ArrayList<>();
         for (Object item : spec.getJSONArray("groups")) {
             for (Object topic : ((JSONObject) item).getJSONArray("topics")) {
-                while (namesrv.getRouteInfoManager().pickupTopicRouteData((String) topic) == null) {
-                    if (System.currentTimeMillis() > deadline) {
-                        throw new IllegalStateException("topic " + topic + " never reached the name server");
-                    }
-                    Thread.sleep(50);
+                topics.add((String) topic);
+            }
+        }
+        waitForTopics(namesrv, topics, seconds);
+    }
+
+    static void waitForTopics(NamesrvController namesrv, Collection<String> topics, int seconds)
+        throws InterruptedException {
+        long deadline = System.currentTimeMillis() + seconds * 1000L;
+        for (String topic : topics) {
+            while (namesrv.getRouteInfoManager().pickupTopicRouteData(topic) == null) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("topic " + topic + " never reached the name server");
                 }
+                Thread.sleep(50);
             }
         }
     }
