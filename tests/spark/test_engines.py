@@ -277,6 +277,56 @@ def test_every_table_reads_the_same_in_polars_duckdb_delta_rs_and_spark(spark, l
             assert seen["delta-rs"][0] > 0, (engine, table)  # every table holds rows: the comparison says something
 
 
+# What OPTIMIZE Z-orders by, per table; the other tables are bin-packed (OPTIMIZE without ZORDER BY).
+Z_ORDER = {"consumequeue": "queue_offset", "indexfile": "slot", "compaction_cq": "queue_offset"}
+
+
+def optimize(spark, lake: Path, engine: str) -> None:
+    """OPTIMIZE every table of ``lake`` as a user would with ``engine``: Spark SQL, or delta-rs's optimize."""
+    for table in TABLES:
+        uri = str(lake / table)
+        if engine == "delta-rs":
+            if table in Z_ORDER:
+                DeltaTable(uri).optimize.z_order([Z_ORDER[table]])
+            else:
+                DeltaTable(uri).optimize.compact()
+        else:
+            spark.sql(f"OPTIMIZE delta.`{uri}`" + (f" ZORDER BY ({Z_ORDER[table]})" if table in Z_ORDER else ""))
+
+
+def test_expire_reput_and_export_work_on_tables_optimized_by_either_engine(spark, lakes, tmp_path):
+    """OPTIMIZE (bin-packing or Z-order) rewrites files within a partition; a partition is a commitlog segment,
+    a CQ file or an index file, so expiry still removes whole files, and every later job gives what it gives
+    on the files as rmqlake wrote them."""
+    more = tmp_path / "more"
+    generate(more, messages=60, topics=TOPICS, hours=1, seed=19, start_ms=1795305600000)  # 2026-11-22
+    copies = {"plain": ("delta-rs", tmp_path / "plain")}
+    copies.update({f"optimized-{e}": (e, tmp_path / f"optimized-{e}") for e in ENGINES})
+    for name, (engine, lake) in copies.items():
+        shutil.copytree(lakes[engine], lake)
+        if name != "plain":
+            before = len(DeltaTable(str(lake / "consumequeue")).file_uris())
+            optimize(spark, lake, engine)
+            assert len(DeltaTable(str(lake / "consumequeue")).file_uris()) < before, name  # files were merged
+            assert not Lake(str(lake)).foreign_commits(), name  # no row changed
+        run(("ingest", "--input", str(more / "landing"), "--now", "2026-11-25T05:00:00Z"), lake, engine)
+        run(("reput",), lake, engine)  # appends to CQ and index files OPTIMIZE rewrote
+        every_expired = ["--set", "retention.max_segments_per_run=100"]  # after SMALL's: this run drains them all
+        assert main(["expire", "--now", "2026-11-30T04:00:00Z", *options(lake, engine), *every_expired]) == 0
+        run(("export-store", "--out", str(tmp_path / f"store-{name}")), lake, engine)
+    plain = copies["plain"][1]
+    assert "sealed" not in {r["status"] for r in rows(plain, "segments")}  # every sealed segment went
+
+    def cq_files(lake: Path) -> set:
+        return {(r["topic"], r["queue_id"], r["cq_file"]) for r in rows(lake, "consumequeue")}
+
+    assert cq_files(lakes["delta-rs"]) - cq_files(plain)  # and CQ files with them
+    for name, (_, lake) in copies.items():
+        for table in ("commitlog", "segments", "consumequeue", "indexfile", "indexfile_header", "compaction_cq"):
+            assert rows(lake, table) == rows(plain, table), (name, table)
+        assert checksums(tmp_path / f"store-{name}") == checksums(tmp_path / "store-plain"), name
+
+
 def test_python_workers_keep_their_zip_importers(spark):
     """In Spark's own Python workers (pyspark.zip and py4j's zip on their path) the importers are kept once
     rmqlake is imported, so the per-task invalidation does not re-read the archives."""
