@@ -10,8 +10,10 @@ is collected into Python but the query's result.
 from __future__ import annotations
 
 import base64
+import importlib.util
 from collections.abc import Iterable
 from datetime import date, datetime
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -62,6 +64,52 @@ def connect(lake: Lake):
         connection.register(table, data)
     for name, (_, select) in VIEWS.items():
         connection.execute(f"CREATE VIEW {name} AS {select}")
+    return connection
+
+
+def delta_connection(*, database: str = ":memory:"):
+    """A DuckDB connection with DuckDB's ``delta`` extension loaded, for ``delta_scan('<lake>/<table>')``.
+
+    The extension comes from the ``duckdb-ext-delta`` package (the ``readers`` extra), never from a download:
+    DuckDB would otherwise fetch it from the network on first use. It loads only into the DuckDB version it
+    was built for.
+
+    Raises:
+        ConfigError: the package is not installed, or holds no extension for the installed DuckDB.
+    """
+    import duckdb
+
+    from rmqlake.errors import ConfigError
+
+    wanted = f"v{duckdb.__version__}"
+    package = importlib.util.find_spec("duckdb_ext")
+    folders = [Path(p) / "extensions" for p in (package.submodule_search_locations or [])] if package else []
+    if not folders:
+        raise ConfigError(
+            "DuckDB's delta extension is not installed: pip install 'rmqlake[readers]' (the duckdb-ext-delta package)"
+        )
+    found = [folder for folder in folders if (folder / wanted).is_dir()]
+    if not found:
+        built = sorted(v.name for folder in folders if folder.is_dir() for v in folder.iterdir())
+        raise ConfigError(
+            f"duckdb-ext-delta holds the delta extension for DuckDB {', '.join(built) or 'no version'}, "
+            f"not for the installed {wanted}; install the DuckDB version it is built for"
+        )
+    connection = duckdb.connect(
+        database,
+        config={
+            "extension_directory": str(found[0]),
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+        },
+    )
+    try:
+        connection.execute("LOAD delta")
+    except duckdb.Error as exc:
+        connection.close()
+        raise ConfigError(
+            f"DuckDB cannot load the delta extension from {found[0]}: {str(exc).splitlines()[0]}"
+        ) from None
     return connection
 
 

@@ -80,7 +80,7 @@ def test_files_of_a_partition_value_with_percent_signs_can_be_removed(tmp_path):
     from rmqlake.lake.tables import CONSUMEQUEUE
 
     engine = DeltaRsEngine(str(tmp_path / "lake"))
-    relative = "topic=%25RETRY%25cg_a/queue_id=0/cq_file_group=00000000000000000000/part-0.parquet"
+    relative = "topic=%25RETRY%25cg_a/queue_id=0/cq_file=00000000000000000000/part-0.parquet"
     path = tmp_path / "lake" / "consumequeue" / relative
     path.parent.mkdir(parents=True)
     columns = [c for c in CONSUMEQUEUE.columns if c not in CONSUMEQUEUE.partition_by]
@@ -88,7 +88,7 @@ def test_files_of_a_partition_value_with_percent_signs_can_be_removed(tmp_path):
     added = DataFile(
         path=relative,
         size=path.stat().st_size,
-        partition_values={"topic": "%RETRY%cg_a", "queue_id": "0"},
+        partition_values={"topic": "%RETRY%cg_a", "queue_id": "0", "cq_file": "00000000000000000000"},
         modification_time=0,
     )
     engine.commit_files(CONSUMEQUEUE, adds=[added], app_transactions={}, metadata={})
@@ -98,3 +98,26 @@ def test_files_of_a_partition_value_with_percent_signs_can_be_removed(tmp_path):
     assert engine.file_stats("consumequeue", ["queue_offset"])[0]["path"] == relative
     engine.commit_files(CONSUMEQUEUE, adds=[], removes=[active], app_transactions={}, metadata={})
     assert engine.active_files("consumequeue") == []
+
+
+def test_a_run_whose_removed_file_another_writer_rewrote_is_recomputed(tmp_path):
+    """An OPTIMIZE between a run's listing and its commit: removing the listed file would delete nothing."""
+    from deltalake import DeltaTable
+
+    for path in ("a", "b"):
+        _commit_one_file(Lake(str(tmp_path / "lake")), path)
+    lake = Lake(str(tmp_path / "lake"))
+    attempts = []
+
+    def work(run):
+        listed = lake.engine.active_files("ingest_files")
+        attempts.append(len(listed))
+        if len(attempts) == 1:
+            DeltaTable(str(tmp_path / "lake" / "ingest_files")).optimize.compact()  # two files become one
+        run.remove("ingest_files", listed)
+        run.commit()
+        return {"seq": run.seq}
+
+    assert run_with_retries(lake, "expire", work, retries=2) == {"seq": 3}
+    assert attempts == [2, 1]  # recomputed on the compacted file
+    assert DeltaTable(str(tmp_path / "lake" / "ingest_files")).to_pyarrow_table().num_rows == 0

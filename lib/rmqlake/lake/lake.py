@@ -300,10 +300,11 @@ class Lake:
         return self.engine.file_stats(table, columns)
 
     def foreign_commits(self) -> dict[str, list[dict]]:
-        """Per table, the commits rmqlake did not make (another writer's DELETE, UPDATE, OPTIMIZE, ...).
+        """Per table, the commits rmqlake did not make (another writer's DELETE, UPDATE, MERGE, ...).
 
         rmqlake's own commits carry ``rmqlake.*`` commit metadata (delta-rs) or user metadata (the Delta
-        extension); a table's creation and vacuum's bookkeeping commits change no rows and are not listed.
+        extension); a table's creation, vacuum's bookkeeping commits and OPTIMIZE (also with ZORDER BY: it
+        rewrites files, every row stays) change no rows and are not listed.
         """
         found = {}
         for table in TABLES:
@@ -483,12 +484,15 @@ class LakeRun:
         hides them: temporary files, a job's scratch files.
         """
         staging = self.staging_dir(table)
-        spec = table_spec(table).partition_by  # other folder levels group files, they are not partitions
+        spec = table_spec(table).partition_by
         files = []
         for entry in self.lake.storage.list_files(staging):
             hidden = any(part.startswith(("_", ".")) for part in entry.path.split("/"))
             if hidden or not entry.path.endswith(".parquet"):
                 continue
+            folders = partition_values_from_path(entry.path)
+            if list(folders) != list(spec):  # a name=value level that is no partition column breaks Delta readers
+                raise ValueError(f"staged file {entry.path} of {table} is not in its partition folders {list(spec)}")
             metadata = pq.read_metadata(
                 self.lake.storage.file_path(f"{staging}/{entry.path}"), filesystem=self.lake.storage.fs
             )
@@ -497,7 +501,7 @@ class LakeRun:
                 DataFile(
                     path=entry.path,
                     size=entry.size,
-                    partition_values={k: v for k, v in partition_values_from_path(entry.path).items() if k in spec},
+                    partition_values=folders,
                     modification_time=entry.mtime_ms,
                     stats=stats,
                     num_records=num_records,
@@ -550,6 +554,7 @@ class LakeRun:
         """
         manifest = [op.to_json() for op in self.ops.values()]
         self.ensure_tables()
+        self._check_removed_files_are_listed()
         _crash_point("before-ledger-commit")
         try:
             commit_ledger(
@@ -571,6 +576,28 @@ class LakeRun:
         entry = self.lake.ledger()
         self.lake._apply_manifest(entry)
         return {name: self.lake.version(name) for name in self.ops}
+
+    def _check_removed_files_are_listed(self) -> None:
+        """Every file this run removes is still in its table.
+
+        Another writer (an OPTIMIZE, a DELETE) that rewrote one since the run listed it would keep its rows
+        in the file it wrote: removing the old file then deletes nothing. The run is recomputed instead.
+
+        Raises:
+            CommitConflictError: a removed file is no longer in its table; this run's staged files are removed.
+        """
+        for op in self.ops.values():
+            if not op.removes:
+                continue
+            listed = {f.path for f in self.lake.engine.active_files(op.table)}
+            gone = [f.path for f in op.removes if f.path not in listed]
+            if gone:
+                self.abort()
+                raise CommitConflictError(
+                    f"{len(gone)} file(s) that this {self.job} run removes from {op.table} (first: {gone[0]}) were "
+                    "rewritten or removed by another writer since the run listed them (an OPTIMIZE or DELETE "
+                    "running meanwhile?); the run is recomputed on the table as it is now"
+                )
 
     def lake_moved(self) -> bool:
         """Whether another run has committed to the ledger since this run read its base."""
@@ -644,7 +671,7 @@ def run_with_retries(lake: Lake, job: str, work: Callable[[LakeRun], dict], *, r
             raise
 
 
-_NO_DATA_CHANGE = frozenset({"CREATE TABLE", "VACUUM START", "VACUUM END"})
+_NO_DATA_CHANGE = frozenset({"CREATE TABLE", "VACUUM START", "VACUUM END", "OPTIMIZE"})
 
 
 def _made_by_rmqlake(commit_info: Mapping[str, Any]) -> bool:

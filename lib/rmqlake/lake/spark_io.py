@@ -139,32 +139,17 @@ def stage_dataframe(
     *,
     mode: Literal["append", "overwrite"] = "append",
     options: dict[str, str] | None = None,
-    file_groups: str | None = None,
 ) -> list[DataFile]:
     """Write ``frame`` as Parquet into the run's staging folder of ``table`` and register the files.
 
     The frame is reordered to the table's columns; partition columns become
-    folders, as in the table itself. ``file_groups`` names a column whose
-    value each data file holds only one of: it becomes one more folder level
-    (``<column>_group=<value>``, not a Delta partition column; the column stays
-    in the data), so whole groups can later be removed without rewriting
-    a file — e.g. the CQ units of one ConsumeQueue file.
+    folders, as in the table itself.
     """
     spec = table_spec(table)
-    selected = frame.select(*spec.columns)
-    folders = list(spec.partition_by)
-    if file_groups:
-        selected = selected.withColumn(group_folder(file_groups), F.col(file_groups))
-        folders.append(group_folder(file_groups))
-    writer = selected.write.mode("overwrite").option("compression", "snappy")
+    writer = frame.select(*spec.columns).write.mode("overwrite").option("compression", "snappy")
     for key, value in (options or {}).items():
         writer = writer.option(key, value)
-    if folders:
-        writer = writer.partitionBy(*folders)
+    if spec.partition_by:
+        writer = writer.partitionBy(*spec.partition_by)
     writer.parquet(run.staging_uri(table))
     return run.collect_staged(table, mode=mode)
-
-
-def group_folder(column: str) -> str:
-    """Folder name (before ``=``) of a ``file_groups`` column."""
-    return f"{column}_group"

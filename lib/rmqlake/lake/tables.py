@@ -292,7 +292,7 @@ CONSUMEQUEUE = TableSpec(
         ("store_timestamp", "bigint", "the message's storeTimestamp, epoch milliseconds"),
         ("cq_file", "string", "the ConsumeQueue file name: its start offset in bytes, 20 digits"),
     ),
-    ("topic", "queue_id"),
+    ("topic", "queue_id", "cq_file"),
     "one 20-byte ConsumeQueue unit per dispatchable message; files sorted by queue_offset",
 )
 INDEXFILE = TableSpec(

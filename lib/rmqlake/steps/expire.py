@@ -1,16 +1,18 @@
 """The expiry job: the broker's file-deletion rules as of ``now`` (rules in formats/retention.py).
 
 Everything is decided from metadata — the ``segments`` rows, the Delta add
-actions of ``consumequeue`` (one data file never spans two CQ files, and its
-statistics give the commitlog offset of the CQ file's last unit) and the
-index headers — so the cost follows the number of files deleted, not the
-bytes stored. Deletion removes whole data files in one run: commitlog
-segment partitions, CQ files, index file partitions; nothing is rewritten.
-The ledger commit makes the whole cascade visible or none of it.
+actions of ``consumequeue`` (partitioned by CQ file, so a data file never
+spans two, whoever wrote it: reput, or a user's OPTIMIZE; its statistics
+give the commitlog offset of the CQ file's last unit) and the index
+headers — so the cost follows the number of files deleted, not the bytes
+stored. Deletion removes whole partitions in one run: commitlog segments,
+CQ files, index files; nothing is rewritten. The ledger commit makes the
+whole cascade visible or none of it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import defaultdict
@@ -19,6 +21,7 @@ from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from rmqlake.config import Settings
@@ -27,8 +30,8 @@ from rmqlake.formats import retention as R
 from rmqlake.formats.consumequeue import CQ_UNIT_SIZE
 from rmqlake.formats.indexfile import index_file_size
 from rmqlake.lake import Lake
-from rmqlake.lake.actions import DataFile, partition_values_from_path
-from rmqlake.lake.spark_io import group_folder, read_table
+from rmqlake.lake.actions import DataFile, parquet_stats
+from rmqlake.lake.spark_io import read_table
 from rmqlake.lake.state import ExpireState, LakeState, QueueId
 from rmqlake.lake.tables import INDEXFILE_HEADER, SEGMENTS
 from rmqlake.progress import Stages
@@ -37,7 +40,6 @@ from rmqlake.timeutil import iso
 
 log = logging.getLogger(__name__)
 EXPIRE_APP_ID = "rmqlake.expire.now"
-CQ_GROUP = group_folder("cq_file")
 
 
 @dataclass
@@ -277,27 +279,43 @@ def _queue_files(lake: Lake) -> dict[tuple[str, int], QueueFiles]:
     """Per queue: its CQ files, their data files, and each CQ file's first/last unit from the statistics."""
     queues: dict[tuple[str, int], QueueFiles] = defaultdict(QueueFiles)
     for stats in lake.file_stats("consumequeue", ["commitlog_offset", "queue_offset"]):
-        values = partition_values_from_path(stats["path"])
-        name = values.get(CQ_GROUP)
+        partition = {k: None if v is None else str(v) for k, v in stats["partition"].items()}  # the log's values
+        name = partition.get("cq_file")
         if name is None:
             raise CheckFailedError(
-                f"consumequeue data file {stats['path']} is not inside a {CQ_GROUP}= folder; "
-                "it was written before CQ files were kept apart, so expiry cannot remove whole CQ files. "
-                "Rebuild consumequeue with reput into a fresh lake."
+                f"consumequeue data file {stats['path']} has no cq_file partition value: the table was written "
+                "with another layout, so expiry cannot remove whole CQ files. Rebuild consumequeue with reput "
+                "into a fresh lake."
             )
-        partition = {k: None if v is None else str(v) for k, v in stats["partition"].items()}
-        queue = queues[(partition["topic"], int(partition["queue_id"]))]  # the log's values, not Hive-escaped
+        queue = queues[(partition["topic"], int(partition["queue_id"]))]
         queue.files.setdefault(name, []).append(
             DataFile(path=stats["path"], size=stats.get("size") or 0, partition_values=partition)
         )
-        high, low = stats["max"]["commitlog_offset"], stats["min"]["commitlog_offset"]
-        queue.last_unit_offset[name] = max(queue.last_unit_offset.get(name, high), high)
-        queue.first_unit_offset[name] = min(queue.first_unit_offset.get(name, low), low)
-        queue.min_queue_offset[name] = min(
-            queue.min_queue_offset.get(name, stats["min"]["queue_offset"]), stats["min"]["queue_offset"]
-        )
-        queue.max_queue_offset = max(queue.max_queue_offset, stats["max"]["queue_offset"])
+        low, high = _bounds(lake, stats)
+        first, last = low["commitlog_offset"], high["commitlog_offset"]
+        queue.last_unit_offset[name] = max(queue.last_unit_offset.get(name, last), last)
+        queue.first_unit_offset[name] = min(queue.first_unit_offset.get(name, first), first)
+        queue.min_queue_offset[name] = min(queue.min_queue_offset.get(name, low["queue_offset"]), low["queue_offset"])
+        queue.max_queue_offset = max(queue.max_queue_offset, high["queue_offset"])
     return dict(queues)
+
+
+def _bounds(lake: Lake, stats: dict) -> tuple[dict, dict]:
+    """Min and max of ``commitlog_offset`` and ``queue_offset`` in a consumequeue data file: from the Delta log,
+    or from the file's Parquet footer when the writer logged no statistics for them (another engine's OPTIMIZE
+    may be configured so)."""
+    columns = ("commitlog_offset", "queue_offset")
+    if all(stats["min"].get(c) is not None and stats["max"].get(c) is not None for c in columns):
+        return stats["min"], stats["max"]
+    metadata = pq.read_metadata(lake.storage.file_path(f"consumequeue/{stats['path']}"), filesystem=lake.storage.fs)
+    logged = json.loads(parquet_stats(metadata)[1])
+    if not all(c in logged["minValues"] and c in logged["maxValues"] for c in columns):
+        raise CheckFailedError(
+            f"consumequeue data file {stats['path']} has no min/max statistics for {' and '.join(columns)}, neither "
+            "in the Delta log nor in its Parquet footer, so expiry cannot tell which CQ units it holds; rewrite the "
+            "table's files with a writer that records them (OPTIMIZE with Spark or delta-rs does) and run expire again"
+        )
+    return logged["minValues"], logged["maxValues"]
 
 
 def _cq_cascade(queues: dict, *, min_physical_offset: int) -> dict[tuple[str, int], list[str]]:
@@ -335,7 +353,7 @@ def _corrected_min_offsets(
         units = lake.scan(
             "consumequeue",
             columns=["queue_offset"],
-            partitions=[("topic", "=", key[0]), ("queue_id", "=", key[1])],
+            partitions=[("topic", "=", key[0]), ("queue_id", "=", key[1]), ("cq_file", "=", first)],
             filter=(ds.field("commitlog_offset") >= min_physical_offset)
             & (ds.field("queue_offset") >= start)
             & (ds.field("queue_offset") < start + store.cq_units_per_file),

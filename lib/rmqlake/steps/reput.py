@@ -88,8 +88,7 @@ def _reput(spark, settings: Settings, step: StepRun) -> dict:
             units.repartition(partitions, "topic", "queue_id", "cq_file").sortWithinPartitions(
                 "topic", "queue_id", "queue_offset"
             ),
-            "consumequeue",
-            file_groups="cq_file",  # a data file never spans two CQ files: expiry removes whole CQ files
+            "consumequeue",  # cq_file is a partition column: expiry removes whole CQ files
         )
         summary = _cq_summary(spark, run)
         dispatched_messages = messages.count()

@@ -32,7 +32,7 @@ def status(settings: Settings, *, lake: Lake | None = None) -> dict:
         "ledger_seq": ledger.seq,
         "last_run": f"{ledger.job} {ledger.run_id}" if ledger.job else None,
         "pending_tables": lake.pending_tables(),
-        "foreign_commits": {  # commits rmqlake did not make (another writer's DELETE, OPTIMIZE, ...)
+        "foreign_commits": {  # commits rmqlake did not make (another writer's DELETE, UPDATE, ...)
             table: [f"v{c['version']} {c['operation']} {iso(c['timestamp'])}" for c in commits]
             for table, commits in lake.foreign_commits().items()
         },

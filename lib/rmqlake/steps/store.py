@@ -44,8 +44,7 @@ from rmqlake.formats.consumequeue import cq_file_size
 from rmqlake.formats.indexfile import index_file_size
 from rmqlake.formats.topic import topic_error
 from rmqlake.lake import Lake
-from rmqlake.lake.actions import partition_values_from_path
-from rmqlake.lake.spark_io import group_folder, stage_dataframe
+from rmqlake.lake.spark_io import stage_dataframe
 from rmqlake.lake.state import CommitlogState, ImportStoreState, QueueId, ReputState, SegmentHole, TopicTotals
 from rmqlake.lake.tables import SEGMENTS
 from rmqlake.progress import Stages
@@ -63,7 +62,6 @@ from rmqlake.transforms.columns import dispatchable
 from rmqlake.transforms.segments import DELETED, segment_aggregates, update_segments
 
 log = logging.getLogger(__name__)
-CQ_GROUP = group_folder("cq_file")
 
 
 def export_store(spark, settings: Settings, *, out: str, as_of: str | None = None, overwrite: bool = False) -> dict:
@@ -200,7 +198,7 @@ def _segment_tasks(
 def _cq_tasks(lake: Lake, settings: Settings, out: str) -> list[dict]:
     def key(data_file):
         values = data_file.partition_values
-        return values["topic"], int(values["queue_id"]), partition_values_from_path(data_file.path)[CQ_GROUP]
+        return values["topic"], int(values["queue_id"]), values["cq_file"]
 
     groups = _files_by(lake, "consumequeue", key)
     for topic in sorted({topic for topic, _, _ in groups}):
