@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 from rmqlake.cli import main
 from rmqlake.generate import TopicPlan
-from tests.conftest import CONF, REPO
+from tests.conftest import CONF, JOB_PROCESS_JVM_OPTIONS, REPO
 
 BIN = Path(sys.executable).parent
 NOW = "2026-11-22T00:00:00Z"
@@ -26,6 +26,7 @@ TOPICS = [TopicPlan("OrderEvents", 8, False), TopicPlan("UserProfile", 4, True),
 def environment(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_CONF_DIR=str(CONF))
+    env["SPARK_SUBMIT_OPTS"] = JOB_PROCESS_JVM_OPTIONS
     env.pop("RMQLAKE_CRASH_AT", None)
     env.update(extra)
     return env
