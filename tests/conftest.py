@@ -11,6 +11,10 @@ from tests.java_oracle import JavaOracle
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
+# For the jobs the tests start as processes (rmqlake, spark-submit), read by Spark's launcher: such a JVM lives
+# a minute at most, on small data, so it spends its time starting up and compiling, and the client-only JIT
+# compiles far less; nobody looks at its web UI. Spark, Delta and the jobs run as they do for users.
+JOB_PROCESS_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -Dspark.ui.enabled=false"
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,7 @@ from rmqlake.cli import main
 from rmqlake.generate import TopicPlan, generate
 from rmqlake.lake import TABLES, Lake
 from tests.airflow.test_dags import dag_folder_for
-from tests.conftest import CONF, REPO
+from tests.conftest import CONF, JOB_PROCESS_JVM_OPTIONS, REPO
 
 pytestmark = pytest.mark.slow
 
@@ -77,6 +77,7 @@ def airflow(tmp_path_factory):
         patch.setenv("RMQLAKE_LAKE", str(lake))
         patch.setenv("RMQLAKE_ENV", "test")
         patch.setenv("SPARK_CONF_DIR", str(CONF))
+        patch.setenv("SPARK_SUBMIT_OPTS", JOB_PROCESS_JVM_OPTIONS)  # the spark-submit JVMs of the tasks
         patch.setenv("PYSPARK_PYTHON", sys.executable)
         patch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")  # spark-submit of this virtualenv
         patch.setenv("AIRFLOW_CONN_SPARK_RMQLAKE", json.dumps({"conn_type": "spark", "host": "local[2]"}))

@@ -1,4 +1,8 @@
-"""Lakes shared by the process-level tests (session scope: each is built once, then copied by the tests)."""
+"""Lakes shared by the process-level tests (session scope: each is built once, then copied by the tests).
+
+They are the uninterrupted runs the killed and concurrent processes must end up equal to, so they run in this
+process on the test session's Spark (``spark`` first: a job must never build the session without the Delta
+extension the other tests need)."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rmqlake.generate import generate
-from tests.e2e.processes import INDEX, SETTINGS, TOPICS, ingest_args, rmqlake
+from tests.e2e.processes import INDEX, SETTINGS, TOPICS, in_process, ingest_args
 
 
 @pytest.fixture(scope="session")
@@ -20,18 +24,18 @@ def landing(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def clean_lake(tmp_path_factory, landing) -> Path:
+def clean_lake(spark, tmp_path_factory, landing) -> Path:
     """One uninterrupted ingest of both hours (the lake every interrupted run must end up equal to)."""
     lake = tmp_path_factory.mktemp("clean") / "lake"
-    metrics = json.loads(rmqlake(*ingest_args(lake, landing), *INDEX, "--json").stdout)
+    metrics = json.loads(in_process(*ingest_args(lake, landing), *INDEX, "--json"))
     assert metrics["rows_in"] == 1212 and metrics["rows_out"] + metrics["rejected"] == 1212
     return lake
 
 
 @pytest.fixture(scope="session")
-def reput_lake(tmp_path_factory, clean_lake) -> Path:
+def reput_lake(spark, tmp_path_factory, clean_lake) -> Path:
     """``clean_lake`` after one reput."""
     lake = tmp_path_factory.mktemp("reput-clean") / "lake"
     shutil.copytree(clean_lake, lake)
-    rmqlake("reput", "--lake", str(lake), *SETTINGS, *INDEX)
+    in_process("reput", "--lake", str(lake), *SETTINGS, *INDEX)
     return lake

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from rmqlake.cli import main
 from rmqlake.generate import TopicPlan
-from tests.conftest import CONF, REPO
+from tests.conftest import CONF, JOB_PROCESS_JVM_OPTIONS, REPO
 
 BIN = Path(sys.executable).parent
 NOW = "2026-11-22T00:00:00Z"
@@ -23,6 +26,7 @@ TOPICS = [TopicPlan("OrderEvents", 8, False), TopicPlan("UserProfile", 4, True),
 def environment(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_CONF_DIR=str(CONF))
+    env["SPARK_SUBMIT_OPTS"] = JOB_PROCESS_JVM_OPTIONS
     env.pop("RMQLAKE_CRASH_AT", None)
     env.update(extra)
     return env
@@ -35,6 +39,17 @@ def rmqlake(*args: str, env: dict | None = None, check: bool = True) -> subproce
     if check and result.returncode != 0:
         raise AssertionError(f"rmqlake {' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}")
     return result
+
+
+def in_process(*args: str) -> str:
+    """``rmqlake ARGS`` in this process, on the test session's Spark; must succeed; its stdout.
+
+    For the uninterrupted runs the process-level runs are compared with: one JVM start less each."""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main([*args, "--conf", str(CONF)])
+    assert code == 0, f"rmqlake {' '.join(args)} exited {code}"
+    return out.getvalue()
 
 
 def spark_submit(job: str, *args: str) -> subprocess.CompletedProcess:

@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.processes import INDEX, SETTINGS, environment, rmqlake, rows
+from tests.e2e.processes import INDEX, SETTINGS, environment, in_process, rmqlake, rows
 
 pytestmark = pytest.mark.slow
 COMPACTED = ("compaction_log", "compaction_cq")
 
 
 @pytest.fixture(scope="module")
-def compacted(tmp_path_factory, reput_lake) -> Path:
+def compacted(spark, tmp_path_factory, reput_lake) -> Path:
+    """One uninterrupted compaction (in this process: the reference the killed ones are compared with)."""
     lake = tmp_path_factory.mktemp("compact-clean") / "lake"
     shutil.copytree(reput_lake, lake)
-    rmqlake("compact", "--lake", str(lake), *SETTINGS, *INDEX)
+    in_process("compact", "--lake", str(lake), *SETTINGS, *INDEX)
     assert rows(lake, "compaction_log")
     return lake
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rmqlake.lake import Lake
-from tests.e2e.processes import INDEX, SETTINGS, environment, rmqlake, rows, spark_submit
+from tests.e2e.processes import INDEX, SETTINGS, environment, in_process, rmqlake, rows, spark_submit
 
 pytestmark = pytest.mark.slow
 NOW = "2026-11-25T04:00:00Z"  # every sealed segment of the generated hours is past 72 h
@@ -21,10 +21,11 @@ def expire_args(lake: Path, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def expired(tmp_path_factory, reput_lake) -> Path:
+def expired(spark, tmp_path_factory, reput_lake) -> Path:
+    """One uninterrupted expiry (in this process: the reference the killed ones are compared with)."""
     lake = tmp_path_factory.mktemp("expire-clean") / "lake"
     shutil.copytree(reput_lake, lake)
-    result = json.loads(rmqlake(*expire_args(lake), "--json").stdout)
+    result = json.loads(in_process(*expire_args(lake), "--json"))
     assert result["segments_deleted"] == 10
     return lake
 

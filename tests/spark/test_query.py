@@ -110,7 +110,8 @@ def test_index_walk_equals_the_reference_for_every_key_and_window(store):
         for begin, end, max_num in windows:
             got = reader.query_offsets(f"{topic}#{key}", max_num=max_num, begin=begin, end=end)
             assert got == ref.query(topic, key, max_num, begin, end), (topic, key, begin, end, max_num)
-    for topic, key in keys[:60]:
+    # the whole lookup (index, then messages) for keys spread over every topic, uniq keys and KEYS tokens
+    for topic, key in keys[:: len(keys) // 24]:
         result = key_query(store, key, topic=topic)
         expected = [m["physical_offset"] for m in broker.messages if m["topic"] == topic and key in m["keys"]]
         assert [r["physical_offset"] for r in result["rows"]] == expected[-64:], (topic, key)
