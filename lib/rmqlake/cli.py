@@ -657,10 +657,13 @@ def cmd_vacuum(args, settings) -> int:
 
 
 def cmd_export_store(args, settings) -> int:
+    from rmqlake.progress import spark_progress
     from rmqlake.steps.store import export_store
 
     spark = _spark(settings, args, "export-store")
-    _emit(args, export_store(spark, settings, out=args.out, as_of=args.as_of, overwrite=args.overwrite))
+    with spark_progress("export-store", interval=settings.spark.progress_seconds):  # a read: no run_step
+        result = export_store(spark, settings, out=args.out, as_of=args.as_of, overwrite=args.overwrite)
+    _emit(args, result)
     return 0
 
 

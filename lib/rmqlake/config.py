@@ -178,6 +178,8 @@ class SparkSettings(_Section):
     driver_memory: str = "2g"
     conf: dict[str, SparkConfValue] = Field(default_factory=dict)  # passed to the session as they are
     delta_jars: str = ".jars/delta"  # lake.engine delta-spark outside spark-submit: the folder `make jars` fills
+    # Seconds between progress lines while a job's Spark stages run (0: none); a day at most, so a typo shows.
+    progress_seconds: float = Field(10.0, ge=0, le=86400, allow_inf_nan=False)
 
     @field_validator("driver_memory")
     @classmethod

@@ -28,7 +28,7 @@ from rmqlake.ingest.tasks import (
 )
 from rmqlake.lake import Lake, LakeRun
 from rmqlake.lake.state import CommitlogState, LakeState, QueueId, TopicTotals
-from rmqlake.progress import Stages
+from rmqlake.progress import Stages, spark_description, spark_progress
 from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.timeutil import epoch_ms
 from rmqlake.transforms.segments import segment_size_problem, update_segments
@@ -105,7 +105,8 @@ def ingest(
     files = check_ingest(settings, input_path=input_path)
     total = sum(f.size for f in files)
     log.info("found %d input files (%.1f MB) at %s", len(files), total / 1e6, input_path)
-    prints = fingerprint_files(spark, files)
+    with spark_progress("ingest", interval=settings.spark.progress_seconds), spark_description("hash input files"):
+        prints = fingerprint_files(spark, files)  # reads every input byte: before run_step, with its own progress
 
     def work(step: StepRun) -> dict:
         return _ingest_batch(spark, settings, step, prints, batch_id=batch_id)

@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from rmqlake.config import Settings
 from rmqlake.lake import Lake, LakeRun, run_with_retries
 from rmqlake.lake.state import LakeState, RunRecord
+from rmqlake.progress import spark_progress
 
 STABLE_METRICS = ("rows_in", "rows_out", "rejected", "files_added", "table_versions", "seconds")
 
@@ -111,7 +112,9 @@ def run_step(
     (``lake.commit_retries``); without, once and outside any lake run.
     ``started`` (default: now) is when the job's clock started, for jobs
     that do work before opening the lake; ``now`` (default: the wall clock)
-    is the job's time, as recorded in its run record.
+    is the job's time, as recorded in its run record. While it runs, its
+    Spark jobs carry its name and a progress line per active Spark stage is
+    logged every ``spark.progress_seconds`` (``rmqlake.progress``).
     """
     started = time.monotonic() if started is None else started
     now = now or datetime.now(UTC)
@@ -123,10 +126,11 @@ def run_step(
             return {"files_added": added_files(run), **result}
         return result
 
-    if ledger:
-        result = run_with_retries(lake, job, attempt, retries=settings.lake.commit_retries, batch_id=batch_id)
-    else:
-        result = attempt(None)
+    with spark_progress(job, interval=settings.spark.progress_seconds):
+        if ledger:
+            result = run_with_retries(lake, job, attempt, retries=settings.lake.commit_retries, batch_id=batch_id)
+        else:
+            result = attempt(None)
     return with_stable_metrics(result, seconds=round(time.monotonic() - started, 3))
 
 
