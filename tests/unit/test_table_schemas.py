@@ -16,6 +16,7 @@ from rmqlake.lake.tables import (
     COMPACTION_LOG,
     CONSUMEQUEUE,
     INGEST_FILES,
+    SEGMENTS,
     TIMESTAMP_MS_RANGE,
     Column,
     columns,
@@ -155,3 +156,14 @@ def test_a_staged_file_without_the_derived_columns_is_refused(tmp_path):
     complete = COMMITLOG.schema.without("segment")
     pq.write_table(complete.complete(stored.arrow_schema.empty_table()), folder / "part-0.parquet")
     assert len(run.collect_staged("commitlog")) == 1
+
+
+def test_an_overwrite_keeps_the_comments_and_the_description(tmp_path):
+    lake = Lake(str(tmp_path / "lake"))
+    for _ in range(2):  # an overwrite commits the table's schema again
+        run = lake.begin("expire")
+        run.stage_arrow("segments", SEGMENTS.arrow_schema.empty_table(), mode="overwrite")
+        run.commit()
+    table = DeltaTable(lake.uri("segments"))
+    assert {field.name: field.metadata.get("comment") for field in table.schema().fields} == SEGMENTS.comments
+    assert table.metadata().description == SEGMENTS.description

@@ -175,7 +175,7 @@ class DeltaRsEngine:
             dt.create_write_transaction(
                 actions,
                 mode=mode,
-                schema=spec.arrow_schema,
+                schema=spec.schema.commented_arrow_schema,  # an overwrite writes it as the table's schema again
                 partition_by=list(spec.partition_by) or None,
                 commit_properties=properties,
             )
