@@ -368,3 +368,21 @@ def test_log_actions_follow_the_delta_protocol():
     assert txn_action("rmqlake.ledger", 7, now_ms=9) == {
         "txn": {"appId": "rmqlake.ledger", "version": 7, "lastUpdated": 9}
     }
+
+
+def test_every_writer_derives_the_timestamps_and_every_table_keeps_its_comments(lakes):
+    """Ingest (Arrow tasks), compaction and import-store (Spark), under each engine; and the tables say what
+    their columns hold, whichever engine created them."""
+    root, checked = lakes["root"], {}
+    for lake in (*(lakes[e] for e in ENGINES), *(root / f"imported-{e}" for e in ENGINES)):
+        for spec in TABLES.values():
+            if not (lake / spec.name / "_delta_log").exists():
+                continue
+            table = DeltaTable(str(lake / spec.name))
+            assert {f.name: f.metadata.get("comment") for f in table.schema().fields} == spec.comments, spec.name
+            for column in spec.schema.derived:
+                data = table.to_pyarrow_table(columns=[column.derived_from, column.name])
+                millis = data.column(column.derived_from).to_numpy()
+                assert (data.column(column.name).cast("int64").to_numpy() == millis * 1000).all(), spec.name
+                checked[spec.name] = checked.get(spec.name, 0) + len(millis)
+    assert checked["commitlog"] and checked["compaction_log"]

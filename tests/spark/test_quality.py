@@ -167,6 +167,9 @@ def test_each_commitlog_invariant_fails_on_its_corruption(spark, lake_settings, 
         "msg_id is the offsetMsgId of store host + physical offset": commitlog.withColumn(
             "msg_id", F.when(F.col("physical_offset") == second, F.lit("0A0000050000")).otherwise(F.col("msg_id"))
         ),
+        "store_time and born_time are store_timestamp and born_timestamp as timestamps": commitlog.withColumn(
+            "born_time", F.when(F.col("physical_offset") == second, F.current_timestamp()).otherwise(F.col("born_time"))
+        ),
         # a record moved by 4 bytes: it no longer starts where its predecessor ends
         "each record starts where the previous record of its segment ends": commitlog.withColumn(
             "physical_offset",

@@ -363,7 +363,9 @@ class PartitionPlacer:
         )
 
 
-COMMITLOG_FILE_SCHEMA = pa.schema([field for field in COMMITLOG.arrow_schema if field.name != "segment"])
+# A commitlog data file's columns: all but the partition column (its folder gives it).
+COMMITLOG_FILE = COMMITLOG.schema.without("segment")
+COMMITLOG_FILE_SCHEMA = COMMITLOG_FILE.arrow_schema
 
 
 def commitlog_rows(messages: pa.Table, placement: pa.Table, *, segment_size: int, source_file, batch_id: str):
@@ -383,8 +385,9 @@ def commitlog_rows(messages: pa.Table, placement: pa.Table, *, segment_size: int
         "batch_id": pa.repeat(pa.scalar(batch_id, pa.string()), messages.num_rows),
         "source_file": pc.take(names, pa.array(codes)),
     }
-    columns = [computed[f.name] if f.name in computed else messages.column(f.name) for f in COMMITLOG_FILE_SCHEMA]
-    table = pa.Table.from_arrays(columns, schema=COMMITLOG_FILE_SCHEMA)
+    stored = COMMITLOG_FILE.stored
+    columns = [computed[name] if name in computed else messages.column(name) for name in stored.names]
+    table = COMMITLOG_FILE.complete(pa.Table.from_arrays(columns, schema=stored.arrow_schema))
     return starts, table
 
 

@@ -71,7 +71,7 @@ class DeltaRsEngine:
         try:
             DeltaTable.create(
                 self.uri(spec.name),
-                spec.arrow_schema,
+                spec.schema.commented_arrow_schema,  # field metadata {"comment": ...}: what Spark's COMMENT writes
                 mode="ignore",
                 partition_by=list(spec.partition_by) or None,
                 name=spec.name,
@@ -82,6 +82,16 @@ class DeltaRsEngine:
         except Exception:  # another process created it first
             if not self.exists(spec.name):
                 raise
+
+    def table_schema(self, table: str) -> tuple[dict[str, str], list[str]] | None:
+        """The table's columns (name -> Delta type name: ``long``, ``timestamp``, ``array``, ...) and partition
+        columns, from its latest metadata; ``None`` if it does not exist."""
+        try:  # the schema only: without the file list, which a large table's log replay spends most time on
+            dt = DeltaTable(self.uri(table), storage_options=self.storage_options or None, without_files=True)
+        except TableNotFoundError:
+            return None
+        fields = {field.name: field.type.type for field in dt.schema().fields}
+        return fields, list(dt.metadata().partition_columns)
 
     def version(self, table: str) -> int | None:
         dt = self.open(table)
@@ -165,7 +175,7 @@ class DeltaRsEngine:
             dt.create_write_transaction(
                 actions,
                 mode=mode,
-                schema=spec.arrow_schema,
+                schema=spec.schema.commented_arrow_schema,  # an overwrite writes it as the table's schema again
                 partition_by=list(spec.partition_by) or None,
                 commit_properties=properties,
             )

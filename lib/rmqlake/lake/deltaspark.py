@@ -141,8 +141,8 @@ class DeltaSparkEngine(DeltaRsEngine):
         if self.exists(spec.name):
             return
         spark = self._spark()
-        schema = ", ".join(f"`{name}` {kind}" for name, kind in spec.fields)
-        schema_json = spark._jvm.org.apache.spark.sql.types.StructType.fromDDL(schema).json()
+        # each field's COMMENT becomes its metadata {"comment": ...}, as in a table Spark's SQL creates
+        schema_json = spark._jvm.org.apache.spark.sql.types.StructType.fromDDL(spec.schema.commented_ddl).json()
         actions = create_table_actions(spec, schema_json=schema_json, table_id=str(uuid.uuid4()), now_ms=_now_ms())
         try:
             self._commit(spark, spec.name, actions, metadata={"rmqlake.created": spec.name})

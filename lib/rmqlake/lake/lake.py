@@ -29,7 +29,7 @@ from rmqlake.lake.deltaspark import DeltaSparkEngine
 from rmqlake.lake.ledger import LEDGER_APP_ID, LedgerEntry, commit_ledger, read_ledger
 from rmqlake.lake.state import LakeState
 from rmqlake.lake.storage import Storage, normalize_root
-from rmqlake.lake.tables import TABLES, table_spec
+from rmqlake.lake.tables import TABLES, schema_differences, table_spec
 
 if TYPE_CHECKING:
     from rmqlake.config import Settings
@@ -343,11 +343,40 @@ class Lake:
         """
         if self.read_only:
             raise ValueError("this Lake was opened read_only (pinned snapshots, for lookups); open another to write")
+        self.check_table_schemas(TABLES)  # before any work: a run would only fail at its commit
         base = read_ledger(self.root, storage_options=self.storage_options, create=True)
         self._roll_forward(base)
         self._sweep_staging()
         run_id = run_id or f"{job}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
         return LakeRun(self, job=job, run_id=run_id, base=base, batch_id=batch_id)
+
+    def check_table_schemas(self, tables) -> None:
+        """Refuse to write when an existing table's columns or partition columns are not its declaration's.
+
+        A table created by another rmqlake version (e.g. before a column was added) would otherwise take
+        files whose columns its schema does not list, or keep null where readers expect values.
+
+        Raises:
+            LakeStateError: naming each table, how it differs and how to rebuild the lake.
+        """
+        problems = []
+        for name in tables:
+            found = self.engine.table_schema(name)
+            if found is None:
+                continue
+            fields, partition_by = found
+            differences = schema_differences(table_spec(name), fields=fields, partition_by=partition_by)
+            if differences:
+                problems.append(f"table {name} ({self.uri(name)}): " + "; ".join(differences))
+        if problems:
+            raise LakeStateError(
+                "the lake was written by another rmqlake version and its tables do not match what this version "
+                "writes, so nothing was written:\n  "
+                + "\n  ".join(problems)
+                + "\nRebuild the lake under a new root: re-ingest the producer logs (rmqlake ingest), or export "
+                "the store with the rmqlake version that wrote this lake (rmqlake export-store --out DIR) and "
+                "import it with this one (rmqlake import-store)."
+            )
 
     def roll_forward(self) -> list[str]:
         """Apply the table commits of the latest ledger entry that are still missing.
@@ -496,6 +525,7 @@ class LakeRun:
             metadata = pq.read_metadata(
                 self.lake.storage.file_path(f"{staging}/{entry.path}"), filesystem=self.lake.storage.fs
             )
+            _check_staged_columns(table, entry.path, metadata.schema.to_arrow_schema().names)
             num_records, stats = parquet_stats(metadata)
             files.append(
                 DataFile(
@@ -515,7 +545,7 @@ class LakeRun:
         spec = table_spec(table)
         if spec.partition_by:
             raise ValueError(f"stage_arrow writes unpartitioned tables only; {table} is partitioned")
-        data = data.select(spec.columns).cast(spec.arrow_schema)
+        data = spec.schema.complete(data.select(spec.schema.stored.names).cast(spec.schema.stored.arrow_schema))
         buffer = io.BytesIO()
         pq.write_table(data, buffer, compression="snappy")
         name = f"part-{self.run_id}-{len(self.op(table, mode=mode).adds):05d}.parquet"
@@ -539,6 +569,7 @@ class LakeRun:
         """Create the tables this run changes that do not exist yet (empty, at version 0)."""
         for name in self.ops:
             self.lake.engine.ensure_table(table_spec(name))
+        self.lake.check_table_schemas(self.ops)
 
     def commit(self, *, state: LakeState | None = None) -> dict[str, int | None]:
         """Decide the run (ledger commit), then make it visible table by table.
@@ -679,6 +710,21 @@ def _made_by_rmqlake(commit_info: Mapping[str, Any]) -> bool:
     return any(key.startswith("rmqlake.") for key in commit_info) or '"rmqlake.' in str(
         commit_info.get("userMetadata") or ""
     )
+
+
+def _check_staged_columns(table: str, path: str, names: Sequence[str]) -> None:
+    """A staged file holds every column of its table but the partition columns (its folders give those).
+
+    Derived columns are computed by the staging writers; a writer of its own that skipped them (or any
+    other column) would leave nulls the table's readers cannot tell from missing values.
+    """
+    spec = table_spec(table)
+    missing = [name for name in spec.columns if name not in names and name not in spec.partition_by]
+    if missing:
+        raise LakeStateError(
+            f"staged file {path} of table {table} lacks the columns {', '.join(missing)}; "
+            "rows are staged through LakeRun.stage_arrow or spark_io.stage_dataframe, which compute derived columns"
+        )
 
 
 def _table_relative(path: str, table: str) -> str:

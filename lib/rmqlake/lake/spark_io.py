@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from rmqlake.lake.actions import DataFile, partition_values_from_path
 from rmqlake.lake.lake import Lake, LakeRun
-from rmqlake.lake.tables import table_spec
+from rmqlake.lake.tables import TIMESTAMP_MS_RANGE, Column, Schema, table_spec
 
 
 def read_table(spark, lake: Lake, table: str, *, version: int | None = None, partition_filters=None):
@@ -142,14 +142,30 @@ def stage_dataframe(
 ) -> list[DataFile]:
     """Write ``frame`` as Parquet into the run's staging folder of ``table`` and register the files.
 
-    The frame is reordered to the table's columns; partition columns become
-    folders, as in the table itself.
+    The frame is reordered to the table's columns, derived ones computed
+    (``table_columns``); partition columns become folders, as in the table itself.
     """
     spec = table_spec(table)
-    writer = frame.select(*spec.columns).write.mode("overwrite").option("compression", "snappy")
+    writer = frame.select(*table_columns(spec.schema)).write.mode("overwrite").option("compression", "snappy")
     for key, value in (options or {}).items():
         writer = writer.option(key, value)
     if spec.partition_by:
         writer = writer.partitionBy(*spec.partition_by)
     writer.parquet(run.staging_uri(table))
     return run.collect_staged(table, mode=mode)
+
+
+def table_columns(schema: Schema) -> list:
+    """Column expressions selecting ``schema`` from a frame: derived columns computed from their sources.
+
+    A derived column the frame already holds (rows copied from another table) is computed again, so it
+    always agrees with its source.
+    """
+    return [derived_column(column) if column.derived_from else F.col(f"`{column.name}`") for column in schema.columns]
+
+
+def derived_column(column: Column):
+    """Spark's ``tables.derive_timestamp``: the epoch milliseconds as a timestamp, null outside the range."""
+    low, high = TIMESTAMP_MS_RANGE
+    millis = F.col(f"`{column.derived_from}`")
+    return F.when(millis.between(low, high), F.timestamp_millis(millis)).alias(column.name)

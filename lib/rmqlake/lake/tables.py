@@ -2,8 +2,13 @@
 
 Each column is declared once, with its Spark SQL type and a one-line comment; a ``Schema`` (an ordered
 set of columns, a table's or an intermediate frame's) yields the Spark DDL, the Arrow schema, the
-comments and a Python record type from them. Columns beyond what a broker stores are marked ``extra``
-in the table descriptions.
+comments and a Python record type from them. Both engines create the tables with the comments as Delta
+field metadata and the description as the table's. Columns beyond what a broker stores are marked
+``extra`` in the table descriptions.
+
+A column ``derived_from`` another is computed from it when rows are staged (``Schema.complete`` for Arrow
+writers, ``spark_io.stage_dataframe`` for Spark ones), never by the code that builds the rows: e.g. the
+TIMESTAMP ``store_time`` beside the epoch-millisecond ``store_timestamp`` the broker stores.
 """
 
 from __future__ import annotations
@@ -14,19 +19,39 @@ from functools import cached_property
 from typing import NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 @dataclass(frozen=True)
 class Column:
-    """One column: name, Spark SQL type, and what it holds (in RocketMQ terms where it applies)."""
+    """One column: name, Spark SQL type, and what it holds (in RocketMQ terms where it applies).
+
+    ``derived_from`` names the epoch-millisecond column a ``timestamp`` column is the same instant of.
+    """
 
     name: str
     type: str
     comment: str
+    derived_from: str | None = None
+
+    def __post_init__(self):
+        if self.derived_from is not None and self.type != "timestamp":
+            raise ValueError(f"{self.name}: only a timestamp column is derived (from epoch milliseconds)")
 
     @property
     def arrow_type(self) -> pa.DataType:
         return _arrow_type(self.type)
+
+    @property
+    def arrow_field(self) -> pa.Field:
+        """The column as an Arrow field with its comment as field metadata (what delta-rs writes to the schema)."""
+        return pa.field(self.name, self.arrow_type, metadata={"comment": self.comment})
+
+    @property
+    def commented_ddl(self) -> str:
+        """``name type COMMENT '...'``: Spark DDL whose schema carries the comment as field metadata."""
+        quoted = self.comment.replace("\\", "\\\\").replace("'", "\\'")
+        return f"`{self.name}` {self.type} COMMENT '{quoted}'"
 
     @property
     def python_type(self) -> type:
@@ -63,8 +88,40 @@ class Schema:
         return pa.schema([pa.field(column.name, column.arrow_type) for column in self.columns])
 
     @property
+    def commented_arrow_schema(self) -> pa.Schema:
+        """The Arrow schema with each column's comment as field metadata."""
+        return pa.schema([column.arrow_field for column in self.columns])
+
+    @property
+    def commented_ddl(self) -> str:
+        """Spark DDL with each column's comment."""
+        return ", ".join(column.commented_ddl for column in self.columns)
+
+    @property
     def comments(self) -> dict[str, str]:
         return {column.name: column.comment for column in self.columns}
+
+    @property
+    def derived(self) -> tuple[Column, ...]:
+        """The columns computed from another column of the schema when rows are staged."""
+        return tuple(column for column in self.columns if column.derived_from is not None)
+
+    @property
+    def stored(self) -> Schema:
+        """The columns that row builders provide: all but the derived ones."""
+        return Schema(tuple(column for column in self.columns if column.derived_from is None))
+
+    def complete(self, data: pa.Table) -> pa.Table:
+        """``data`` as this schema: its columns in order, derived columns computed from their sources.
+
+        A derived column ``data`` already holds is computed again, so a copied row never keeps a value
+        that disagrees with its source.
+        """
+        arrays = [
+            derive_timestamp(data.column(column.derived_from)) if column.derived_from else data.column(column.name)
+            for column in self.columns
+        ]
+        return pa.Table.from_arrays(arrays, schema=self.arrow_schema)
 
     def column(self, name: str) -> Column:
         for column in self.columns:
@@ -89,9 +146,28 @@ class Schema:
         return record
 
 
-def columns(*declared: tuple[str, str, str]) -> Schema:
-    """A schema from (name, Spark type, comment) triples."""
-    return Schema(tuple(Column(*column) for column in declared))
+def columns(*declared: tuple[str, str, str] | Column) -> Schema:
+    """A schema from (name, Spark type, comment) triples (or ``Column``s, for derived ones)."""
+    return Schema(tuple(column if isinstance(column, Column) else Column(*column) for column in declared))
+
+
+# The epoch milliseconds a timestamp column holds: years 1 to 9999, what Spark, Delta readers and Python's
+# datetime represent. A producer may give a bornTimestamp up to Long.MAX_VALUE; its timestamp is null.
+TIMESTAMP_MS_RANGE = (-62_135_596_800_000, 253_402_300_799_999)
+
+
+def derive_timestamp(epoch_ms: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
+    """Epoch milliseconds as UTC timestamps (microseconds, as Spark and Delta keep them): the same instant.
+
+    Null outside ``TIMESTAMP_MS_RANGE`` (and where the milliseconds are null). The Spark writers compute the
+    same with ``timestamp_millis`` (``spark_io.derived_column``).
+    """
+    millis = pc.cast(epoch_ms, pa.int64())
+    low, high = TIMESTAMP_MS_RANGE
+    representable = pc.and_(pc.greater_equal(millis, low), pc.less_equal(millis, high))
+    kept = pc.if_else(representable, millis, pa.scalar(None, pa.int64()))
+    result = pc.cast(kept.cast(pa.timestamp("ms", tz="UTC")), pa.timestamp("us", tz="UTC"))
+    return result if isinstance(result, pa.ChunkedArray) else pa.chunked_array([result])
 
 
 # Every table is created with these properties, by either engine: the plain protocol (reader 1, writer 2, no
@@ -133,6 +209,39 @@ class TableSpec:
     @property
     def comments(self) -> dict[str, str]:
         return self.schema.comments
+
+
+def schema_differences(spec: TableSpec, *, fields: dict[str, str], partition_by: list[str]) -> list[str]:
+    """How a table's Delta schema (column name -> type name) and partition columns differ from ``spec``.
+
+    Types are compared by name (``long``, ``timestamp``, ``array``, ...): a table made by another rmqlake
+    version differs in columns or partitioning, not in how a type is nested. Empty when they match.
+    """
+    declared = {name: _DELTA_TYPE_NAMES.get(kind.split("<")[0], kind) for name, kind in spec.fields}
+    found = []
+    missing = [name for name in declared if name not in fields]
+    unknown = [name for name in fields if name not in declared]
+    changed = [
+        f"{name} is {fields[name]}, not {declared[name]}"
+        for name in declared
+        if name in fields and fields[name] != declared[name]
+    ]
+    if missing:
+        found.append("it lacks the columns " + ", ".join(f"{n} ({spec.schema.column(n).type})" for n in missing))
+    if unknown:
+        found.append("it has columns rmqlake no longer writes: " + ", ".join(unknown))
+    if changed:
+        found.append("types differ: " + "; ".join(changed))
+    if list(partition_by) != list(spec.partition_by):
+        found.append(
+            f"it is partitioned by ({', '.join(partition_by)}), rmqlake writes it partitioned by "
+            f"({', '.join(spec.partition_by)})"
+        )
+    return found
+
+
+# Delta's names of the Spark SQL types (the ``type`` of a Delta schema field; nested types by their kind).
+_DELTA_TYPE_NAMES = {"bigint": "long", "int": "integer", "smallint": "short", "array": "array", "map": "map"}
 
 
 _SPARK_TO_ARROW = {
@@ -206,8 +315,10 @@ MESSAGE_COLUMNS = columns(
     ("queue_offset", "bigint", "QUEUEOFFSET: position in the ConsumeQueue of (topic, queue_id)"),
     ("sys_flag", "int", "SYSFLAG: transaction type, compression and the IPv6 host bits (MessageSysFlag)"),
     ("born_timestamp", "bigint", "BORNTIMESTAMP: when the producer created the message, epoch milliseconds"),
+    Column("born_time", "timestamp", "born_timestamp as a UTC timestamp (extra)", derived_from="born_timestamp"),
     ("born_host", "string", "BORNHOST: the producer's address, host:port"),
     ("store_timestamp", "bigint", "STORETIMESTAMP: when the broker stored the message, epoch milliseconds"),
+    Column("store_time", "timestamp", "store_timestamp as a UTC timestamp (extra)", derived_from="store_timestamp"),
     ("store_host", "string", "STOREHOST: the broker's address, host:port"),
     ("reconsume_times", "int", "RECONSUMETIMES: how many times the message was redelivered"),
     ("prepared_transaction_offset", "bigint", "PREPAREDTRANSACTIONOFFSET: the half message's offset, for a commit"),
@@ -229,7 +340,8 @@ COMMITLOG = TableSpec(
     "commitlog",
     Schema((SEGMENT,)) + MESSAGE_COLUMNS,
     ("segment",),
-    "one row per stored message; properties_bytes (extra) are the stored properties bytes",
+    "one row per stored message; properties_bytes (extra) are the stored properties bytes; store_time and "
+    "born_time (extra) are the epoch-millisecond times as timestamps",
 )
 SEGMENTS = TableSpec(
     "segments",

@@ -10,6 +10,9 @@ from the stored fields, never copied from the stored results.
 
 from __future__ import annotations
 
+from functools import reduce
+from operator import and_
+
 import pyarrow as pa
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -27,6 +30,7 @@ from rmqlake.formats.record import (
     record_size,
 )
 from rmqlake.formats.retention import DISK_PRESSURE, EXPIRED, FORCED, HOUR_MS, MANUAL
+from rmqlake.lake.spark_io import derived_column
 from rmqlake.lake.tables import COMMITLOG, Schema, columns
 from rmqlake.transforms.columns import dispatchable
 from rmqlake.transforms.compaction import compaction_key
@@ -34,7 +38,7 @@ from rmqlake.transforms.segments import DELETED
 
 # stored columns the checks compare with, carried through the one Python pass (no self-join on the offset)
 CHECKED = ("segment", "physical_offset", "total_size", "magic", "body_crc", "msg_id", "topic", "queue_id")
-CHECKED += ("queue_offset", "sys_flag", "store_timestamp")
+CHECKED += ("queue_offset", "sys_flag", "store_timestamp", "store_time", "born_timestamp", "born_time")
 RECOMPUTED = columns(
     ("expected_size", "int", "the record's size by the broker's formula (null: not a message magic)"),
     ("expected_crc", "int", "the CRC32 of the stored body"),
@@ -118,7 +122,9 @@ def commitlog_frame(commitlog: DataFrame, segments: DataFrame) -> DataFrame:
     * ``queue_offset_follows`` (dispatchable messages): one more than the
       previous dispatchable message of its queue (the first: any, expiry
       removes the oldest);
-    * ``queue_slot``: ``topic/queue/offset`` of dispatchable messages, unique.
+    * ``queue_slot``: ``topic/queue/offset`` of dispatchable messages, unique;
+    * ``times_match``: ``store_time`` and ``born_time`` are the timestamps of
+      the epoch milliseconds beside them.
     """
     inputs = ("body", "properties_bytes", "store_host")
     rows = commitlog.select(*sorted(set(CHECKED) | set(inputs))).mapInArrow(_recompute, _frame(CHECKED, RECOMPUTED).ddl)
@@ -134,6 +140,10 @@ def commitlog_frame(commitlog: DataFrame, segments: DataFrame) -> DataFrame:
         (F.col("total_size") == F.col("expected_size")).alias("size_matches_formula"),
         (F.col("body_crc") == F.col("expected_crc")).alias("crc_matches"),
         (F.col("msg_id") == F.col("expected_msg_id")).alias("msg_id_matches"),
+        # null-safe: a derived time is null where its milliseconds are past the year 9999
+        reduce(and_, (derived_column(c).eqNullSafe(F.col(c.name)) for c in COMMITLOG.schema.derived)).alias(
+            "times_match"
+        ),
         (F.col("physical_offset") == F.coalesce(previous_end, F.col("segment").cast("bigint"))).alias(
             "follows_previous"
         ),

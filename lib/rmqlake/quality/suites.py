@@ -75,6 +75,7 @@ def _commitlog_critical(settings: Settings) -> list:
         _true("size_matches_formula", "TOTALSIZE equals the size formula of the record's fields"),
         _true("crc_matches", "body CRC equals CRC32 of the body recomputed"),
         _true("msg_id_matches", "msg_id is the offsetMsgId of store host + physical offset"),
+        _true("times_match", "store_time and born_time are store_timestamp and born_timestamp as timestamps"),
         _true("follows_previous", "each record starts where the previous record of its segment ends"),
         _true("segment_end_matches", "last record's end + recorded padding = the segment's end offset"),
         _true("queue_offset_follows", "queue offsets of dispatchable messages are contiguous per queue"),

@@ -30,7 +30,7 @@ from rmqlake.store.rows import READ_BATCH_ROWS, row_from_record
 # one row per record read: the commitlog's columns, or the end-of-file blank / a corrupt record (flags)
 IMPORTED = TableSpec(
     "imported_records",
-    COMMITLOG.schema
+    COMMITLOG.schema.stored  # the staging writer computes the derived columns
     + columns(
         ("blank_end", "boolean", "the row is the 8-byte end-of-file blank, not a message"),
         ("corrupt_reason", "string", "why the bytes here are not a valid record, or null"),

@@ -12,7 +12,7 @@ from rmqlake.lake.tables import COMMITLOG
 # the stored columns a record's bytes come from (the rest are derived from them or are provenance)
 RECORD_COLUMNS = [
     name
-    for name in COMMITLOG.columns
+    for name in COMMITLOG.schema.stored.names  # derived columns (store_time, ...) are not record bytes
     if name not in ("segment", "properties", "keys", "tags", "uniq_key", "msg_id", "batch_id")
     and not name.startswith("source_")
 ]
