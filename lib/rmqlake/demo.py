@@ -150,12 +150,11 @@ Ask it what a broker would answer:
   .venv/bin/rmqlake export-store --env local --out /tmp/store --as-of 2   # the store right after run 2
   .venv/bin/rmqlake expire --env local --now {(expire_at + timedelta(days=1)):%Y-%m-%dT%H:%M:%SZ} --dry-run
 
-Or read the tables with any Delta reader:
+Or read the tables with any Delta reader (Spark and DuckDB examples: README, "Reading the tables"):
+  .venv/bin/rmqlake describe commitlog            # every column, its type and meaning
+  .venv/bin/rmqlake sql --env local "SELECT topic, count(*), max(store_time) FROM messages GROUP BY topic"
+  .venv/bin/python -c "import polars as pl; print(pl.read_delta('{root}/consumequeue').head())"
   .venv/bin/python -c "from deltalake import DeltaTable; print(DeltaTable('{root}/segments').to_pandas())"
-  .venv/bin/python -c "import duckdb; from deltalake import DeltaTable; \\
-t = DeltaTable('{root}/commitlog').to_pyarrow_dataset(); \\
-print(duckdb.sql('select topic, count(*), sum(total_size) from t group by topic'))"
-  .venv/bin/pyspark   then: spark.read.parquet(*DeltaTable('{root}/commitlog').file_uris())
 
 The store format is verified against Apache RocketMQ {ROCKETMQ_VERIFIED_VERSION}: its own store classes load
 an export, and a real name server and broker started on one serve real consumers exactly the

@@ -187,7 +187,7 @@ def test_sql_views_and_the_cli_command(built):
 
 def test_the_readme_notebook_example_runs(built, monkeypatch):
     readme = (REPO / "README.md").read_text()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "rmqlake.open(" in b]
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "store = rmqlake.open(" in b]
     assert len(blocks) == 1, "the README has one Python session example"
     monkeypatch.chdir(built["root"])
     monkeypatch.setenv("RMQLAKE_CONF", str(CONF))
@@ -195,6 +195,28 @@ def test_the_readme_notebook_example_runs(built, monkeypatch):
     namespace: dict = {}
     exec(compile(blocks[0], "README.md", "exec"), namespace)
     assert namespace["orders"].num_rows >= 1
+
+
+def reading_examples() -> list[str]:
+    """The Python examples of the README's "Reading the tables" section (Spark, DuckDB, Polars, delta-rs)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## Reading the tables\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+
+
+def test_the_readme_reading_examples_run_on_a_lake(built, spark, monkeypatch, capsys):
+    """Each example runs as written in the folder holding ``lake/`` (the Spark one gets this session from
+    getOrCreate, which has the Delta extension); what they print is the tables' content."""
+    examples = reading_examples()
+    assert len(examples) == 4, "Spark, DuckDB, Polars, delta-rs"
+    monkeypatch.chdir(built["root"])
+    monkeypatch.setenv("RMQLAKE_CONF", str(CONF))
+    monkeypatch.setenv("RMQLAKE_ENV", "test")
+    for example in examples:
+        exec(compile(example, "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "OrderEvents" in printed and "UserProfile" in printed
+    assert re.search(r"^store_time .*timestamp.* as a UTC timestamp", printed, flags=re.M)  # delta-rs: type and comment
 
 
 class Crash(BaseException):
