@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import threading
+import subprocess
+import sys
 
 import pytest
 
 from rmqlake.config import load_settings
 from rmqlake.errors import ConfigError
-from rmqlake.progress import StageProgress, progress_line, spark_progress
+from rmqlake.progress import StageProgress, progress_line
 from tests.conftest import CONF
 
 
@@ -57,6 +58,14 @@ def test_progress_seconds_default_and_off():
 
 
 def test_without_spark_no_heartbeat_starts():
-    before = threading.active_count()
-    with spark_progress("ingest", interval=0.01):
-        assert threading.active_count() == before
+    """In a fresh interpreter (this one may hold the suite's SparkSession): no thread, and PySpark not imported."""
+    check = (
+        "import sys, threading\n"
+        "from rmqlake.progress import spark_progress\n"
+        "before = threading.active_count()\n"
+        "with spark_progress('ingest', interval=0.01):\n"
+        "    assert threading.active_count() == before, threading.enumerate()\n"
+        "assert 'pyspark' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
