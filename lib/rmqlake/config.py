@@ -20,7 +20,9 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rmqlake.errors import ConfigError
+from rmqlake.formats.consumequeue import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from rmqlake.formats.hosts import parse_host
+from rmqlake.formats.schedule import ScheduleRules
 from rmqlake.formats.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from rmqlake.formats.topic import topic_error
 
@@ -47,6 +49,8 @@ class StoreSettings(_Section):
     index_max_entries: int = Field(20000000, ge=2, le=INT_MAX)
     message_index_enable: bool = True
     compaction_cq_file_size: int = Field(10485760, ge=46, le=INT_MAX)
+    timer_precision_ms: int = Field(1000, ge=1, le=INT_MAX)
+    timer_max_delay_sec: int = Field(259200, ge=1, le=INT_MAX)
 
     @model_validator(mode="after")
     def _index_file_fits_an_int(self) -> StoreSettings:
@@ -90,6 +94,18 @@ class BrokerSettings(_Section):
     cluster_name: str = "DefaultCluster"
     auto_create_topic_enable: bool = True
     default_topic_queue_nums: int = Field(4, ge=1, le=65535)
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+
+    @field_validator("message_delay_level")
+    @classmethod
+    def _delay_levels(cls, value: str) -> str:
+        try:
+            levels = parse_delay_levels(value)
+        except ValueError as problem:
+            raise ValueError(str(problem)) from None
+        if not levels:
+            raise ValueError("must name at least one level, e.g. '1s 5s 10s'")
+        return value
 
     @field_validator("timezone")
     @classmethod
@@ -255,6 +271,14 @@ class Settings(_Section):
         if topic in self.topics:
             return self.topics[topic].queues
         return self.broker.default_topic_queue_nums if self.broker.auto_create_topic_enable else None
+
+    def schedule_rules(self) -> ScheduleRules:
+        """The delay levels and timer limits the broker's re-routing and delivery read."""
+        return ScheduleRules.of(
+            message_delay_level=self.broker.message_delay_level,
+            timer_precision_ms=self.store.timer_precision_ms,
+            timer_max_delay_sec=self.store.timer_max_delay_sec,
+        )
 
     def compaction_topics(self) -> list[str]:
         return sorted(name for name, t in self.topics.items() if t.cleanup_policy == "COMPACTION")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterable, Mapping
 
@@ -18,9 +19,15 @@ _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def parse_delay_levels(levels: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
-    """``messageDelayLevel`` → {level: delay ms}, levels numbered from 1."""
+    """``messageDelayLevel`` → {level: delay ms}, levels numbered from 1 (``ScheduleMessageService.parseDelayLevel``).
+
+    Raises:
+        ValueError: a level that is not a whole number followed by s, m, h or d (the broker then refuses to start).
+    """
     table = {}
     for level, token in enumerate(levels.split(), start=1):
+        if not re.fullmatch(r"[0-9]{1,12}[smhd]", token):
+            raise ValueError(f"level {level} is {token!r}: each level is a whole number followed by s, m, h or d")
         table[level] = int(token[:-1]) * _UNIT_MS[token[-1]]
     return table
 

@@ -297,12 +297,77 @@ def _runs_from_json(data: Mapping[str, Any]) -> dict[str, RunRecord]:
 
 
 # How each section (a ``LakeState`` field, named as its JSON key) is read and written.
+class PendingKey(NamedTuple):
+    """A group of pending deliveries: a delay level (0: the timer wheel) and the real topic they go to."""
+
+    level: int
+    topic: str
+
+
+@dataclass(frozen=True)
+class PendingGroup:
+    """How many deliveries of a group are not yet due, and when the first of them is."""
+
+    count: int
+    next_due: int
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """Delay-level and timer deliveries (ingest): what is delivered and what is pending.
+
+    ``delivered_until``: the last ingest's clock (epoch ms); every record on
+    ``SCHEDULE_TOPIC_XXXX`` or the timer topic due at or before it has had its
+    delivery appended, and none due after it has. ``pending_from``: a
+    physical offset at or below every pending record (no segment before it
+    holds one); ``None`` when nothing is pending. ``pending``: the pending
+    deliveries per (level, real topic). ``delay_offsets``: per delay level,
+    the ``SCHEDULE_TOPIC_XXXX`` queue offset of its next delivery (the
+    broker's ``delayOffset.json``; the queue's head when none is pending).
+    """
+
+    delivered_until: int | None = None
+    pending_from: int | None = None
+    pending: Mapping[PendingKey, PendingGroup] = field(default_factory=dict)
+    delay_offsets: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def pending_count(self) -> int:
+        return sum(group.count for group in self.pending.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return _optional(
+            {
+                "pending": [
+                    {"level": key.level, "topic": key.topic, "count": group.count, "next_due": group.next_due}
+                    for key, group in sorted(self.pending.items())
+                ],
+                "delay_offsets": {str(level): offset for level, offset in sorted(self.delay_offsets.items())},
+            },
+            delivered_until=self.delivered_until,
+            pending_from=self.pending_from,
+        )
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ScheduleState:
+        return cls(
+            delivered_until=data.get("delivered_until"),
+            pending_from=data.get("pending_from"),
+            pending={
+                PendingKey(int(row["level"]), row["topic"]): PendingGroup(int(row["count"]), int(row["next_due"]))
+                for row in data.get("pending", [])
+            },
+            delay_offsets={int(level): int(offset) for level, offset in data.get("delay_offsets", {}).items()},
+        )
+
+
 _SECTIONS: dict[str, tuple[Any, Any]] = {
     "commitlog": (CommitlogState.from_json, CommitlogState.to_json),
     "reput": (ReputState.from_json, ReputState.to_json),
     "compaction": (CompactionState.from_json, CompactionState.to_json),
     "expire": (ExpireState.from_json, ExpireState.to_json),
     "import_store": (ImportStoreState.from_json, ImportStoreState.to_json),
+    "schedule": (ScheduleState.from_json, ScheduleState.to_json),
     "quality": (QualityState.from_json, QualityState.to_json),
     "runs": (_runs_from_json, _runs_to_json),
 }
@@ -317,6 +382,7 @@ class LakeState:
     compaction: CompactionState | None = None
     expire: ExpireState | None = None
     import_store: ImportStoreState | None = None
+    schedule: ScheduleState | None = None
     quality: QualityState | None = None
     runs: Mapping[str, RunRecord] = field(default_factory=dict)
 
