@@ -22,8 +22,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from rmqlake.errors import ConfigError
 from rmqlake.formats.consumequeue import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from rmqlake.formats.hosts import parse_host
-from rmqlake.formats.schedule import ScheduleRules
 from rmqlake.formats.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+from rmqlake.formats.schedule import ScheduleRules
 from rmqlake.formats.topic import topic_error
 
 INT_MAX = 2**31 - 1
