@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rmqlake import cli
+from rmqlake.consumer_offsets import parse_snapshot
 from rmqlake.formats.properties import DELAY
 from rmqlake.formats.schedule import TIMER_DELAY_SEC, TIMER_DELIVER_MS, ScheduleRules, route
 from rmqlake.generate import TopicPlan, generate
@@ -121,3 +122,19 @@ def test_the_cli_takes_a_schedule_share_between_0_and_1_only(tmp_path, share, ca
     assert cli.main([*args, "--conf", str(CONF), "--env", "test"]) == 2
     assert "--schedule-share: expected a fraction between 0 and 1" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_offset_snapshots_count_no_scheduled_message_before_its_delivery(tmp_path):
+    """A scheduled message takes its queue offset when delivered, maybe after the snapshot: never counted."""
+
+    def offsets(out: Path, name: str) -> dict:
+        rows = parse_snapshot((out / name).read_text(), path=name)
+        return {(r.topic, r.group, r.queue_id): r.offset for r in rows}
+
+    plain = generate(tmp_path / "plain", messages=600, topics=TOPICS, hours=2, seed=6)
+    generate(tmp_path / "mixed", messages=600, topics=TOPICS, hours=2, seed=6, schedule_share=0.5)
+    for name in plain["offset_snapshots"]:
+        before, after = offsets(tmp_path / "plain", name), offsets(tmp_path / "mixed", name)
+        assert before.keys() == after.keys()
+        assert all(after[k] <= before[k] for k in before)
+    assert any(after[k] < before[k] for k in before)
