@@ -41,9 +41,7 @@ def settings_for(tmp_path: Path, *overrides: str):
 
 
 def reference(java_oracle) -> RefBroker:
-    config = RefConfig(
-        segment_size=SEGMENT, queue_counts=dict(TOPICS), delay_levels=LEVELS, timer_max_delay_sec=120
-    )
+    config = RefConfig(segment_size=SEGMENT, queue_counts=dict(TOPICS), delay_levels=LEVELS, timer_max_delay_sec=120)
     return RefBroker(config, java_oracle)
 
 
