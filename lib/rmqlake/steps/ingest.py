@@ -431,11 +431,14 @@ def _schedule_after(
     offsets = [row["min_offset"] for row in earlier_pending if row["min_offset"] is not None]
     for row in earlier_pending:
         add(PendingKey(row["level"], row["topic"]), row["count"], row["next_due"])
-    counts = {(r.topic, r.queue_id): r.value for r in this_run_pending if r.kind == "pending"}
-    dues = {(r.topic, r.queue_id): r.value for r in this_run_pending if r.kind == "pending_due"}
-    for (topic, level), count in counts.items():
-        add(PendingKey(level, topic), count, dues[(topic, level)])
-    if counts:
+    dues = {}  # the earliest due of each group over the partitions that counted it
+    for row in this_run_pending:
+        if row.kind == "pending_due":
+            dues[(row.topic, row.queue_id)] = min(dues.get((row.topic, row.queue_id), row.value), row.value)
+    for row in this_run_pending:
+        if row.kind == "pending":
+            add(PendingKey(row.queue_id, row.topic), row.value, dues[(row.topic, row.queue_id)])
+    if this_run_pending:
         offsets.append(start_offset)  # this run's origins are all at or after where it started
     next_delivery: dict[int, int] = {}
     for row in [*earlier_pending, *pending_delays]:
