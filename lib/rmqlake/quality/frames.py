@@ -10,14 +10,15 @@ from the stored fields, never copied from the stored results.
 
 from __future__ import annotations
 
-from functools import reduce
+from collections.abc import Mapping
+from functools import partial, reduce
 from operator import and_
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from rmqlake.formats.consumequeue import dispatch_tags_code
+from rmqlake.formats.consumequeue import DEFAULT_DELAY_TABLE, dispatch_tags_code
 from rmqlake.formats.crc import body_crc
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.indexfile import message_index_keys
@@ -204,7 +205,7 @@ def expiry_frame(segments: DataFrame, *, as_of: int | None, reserved_hours: int)
     )
 
 
-def _message_facts(batches):
+def _message_facts(batches, *, delay_levels: Mapping[int, int]):
     """Per message: the CQ tagsCode the dispatcher computes and the hashes of its index keys."""
     for batch in batches:
         columns = batch.to_pydict()
@@ -219,16 +220,17 @@ def _message_facts(batches):
             strict=True,
         ):
             try:
-                codes.append(dispatch_tags_code(topic, tags, dict(properties or []), stored))
+                codes.append(dispatch_tags_code(topic, tags, dict(properties or []), stored, delay_levels=delay_levels))
             except ValueError:  # a DELAY the broker cannot parse: the unit cannot be right
                 codes.append(None)
             hashes.append([index_key_hash(key) for key in message_index_keys(topic, uniq, keys)])
         yield _carry(batch, FACTS, EXPECTED, {"expected_tags_code": codes, "key_hashes": hashes})
 
 
-def message_facts(commitlog: DataFrame) -> DataFrame:
+def message_facts(commitlog: DataFrame, *, delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE) -> DataFrame:
     """``physical_offset``, ``total_size``, ``topic``, ``queue_id``, ``queue_offset`` of each live message,
-    with ``expected_tags_code`` and ``key_hashes`` recomputed by the formats rules."""
+    with ``expected_tags_code`` (under the broker's ``delay_levels``) and ``key_hashes`` recomputed by the
+    formats rules."""
     return commitlog.select(
         *FACTS,
         "tags",
@@ -236,11 +238,18 @@ def message_facts(commitlog: DataFrame) -> DataFrame:
         "store_timestamp",
         "uniq_key",
         F.element_at("properties", F.lit("KEYS")).alias("keys_property"),
-    ).mapInArrow(_message_facts, _frame(FACTS, EXPECTED).ddl)
+    ).mapInArrow(partial(_message_facts, delay_levels=dict(delay_levels)), _frame(FACTS, EXPECTED).ddl)
 
 
-def consumequeue_frame(consumequeue: DataFrame, commitlog: DataFrame, min_offsets: DataFrame) -> DataFrame:
-    """CQ units with the facts of the message each points to.
+def consumequeue_frame(
+    consumequeue: DataFrame,
+    commitlog: DataFrame,
+    min_offsets: DataFrame,
+    *,
+    delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE,
+) -> DataFrame:
+    """CQ units with the facts of the message each points to (``delay_levels``: the broker's
+    ``messageDelayLevel`` as {level: ms}, for the delay topic's tagsCode).
 
     ``min_offsets`` (``topic``, ``queue_id``, ``min_offset``) are the queue
     min offsets expiry corrected; units below a queue's min offset are the
@@ -251,7 +260,7 @@ def consumequeue_frame(consumequeue: DataFrame, commitlog: DataFrame, min_offset
     * ``tags_code_matches``: the unit's tags_code is the dispatcher's;
     * ``follows_previous``: queue offsets contiguous from the queue's min.
     """
-    messages = message_facts(commitlog).select(
+    messages = message_facts(commitlog, delay_levels=delay_levels).select(
         F.col("physical_offset").alias("commitlog_offset"),
         F.col("total_size"),
         F.col("topic").alias("message_topic"),

@@ -238,7 +238,12 @@ SUITES: dict[str, Suite] = {
         Suite(
             "consumequeue.critical",
             ("consumequeue", "commitlog"),
-            lambda t, settings: frames.consumequeue_frame(t["consumequeue"], t["commitlog"], t["queue_min_offsets"]),
+            lambda t, settings: frames.consumequeue_frame(
+                t["consumequeue"],
+                t["commitlog"],
+                t["queue_min_offsets"],
+                delay_levels=settings.schedule_rules().delay_levels,
+            ),
             _consumequeue_critical,
         ),
         Suite(
