@@ -222,3 +222,26 @@ def delivery(topic: str, properties: Sequence[tuple[str, str]], *, store_timesta
     else:
         raise ValueError(f"{topic} holds no scheduled messages")
     return Routed(real_topic, real_queue, stored)
+
+
+def due_ms(topic: str, properties: Mapping[str, str], store_timestamp: int, rules: ScheduleRules) -> int | None:
+    """When the broker delivers a record stored on ``topic``; ``None`` for a record it never delivers.
+
+    A record on ``SCHEDULE_TOPIC_XXXX`` is due at its ConsumeQueue tagsCode (``computeDeliverTimestamp``:
+    store time + its level's delay, the level capped at the highest, an unknown level + 1000 ms); one on the
+    timer topic when the wheel reads its slot (``TIMER_OUT_MS`` + the precision). Either needs ``REAL_TOPIC``
+    and ``REAL_QID`` to be delivered anywhere, and its numbers to parse as the broker parses them.
+    """
+    if topic not in (SCHEDULE_TOPIC, TIMER_TOPIC) or REAL_TOPIC not in properties or REAL_QID not in properties:
+        return None
+    try:
+        java_long(properties[REAL_QID], bits=32)
+        if topic == SCHEDULE_TOPIC:
+            level = java_long(properties.get(DELAY, ""), bits=32)
+            if level <= 0:
+                return None
+            level = min(level, rules.max_delay_level)
+            return store_timestamp + rules.delay_levels.get(level, 1000)
+        return java_long(properties.get(TIMER_OUT_MS, "")) + rules.timer_precision_ms
+    except ValueError:
+        return None
