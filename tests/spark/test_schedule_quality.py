@@ -78,6 +78,7 @@ def test_a_missing_a_repeated_and_an_early_delivery_and_a_wrong_pending_count_ar
     deliveries.append(message(520, "Orders", 0, 4, 12_500, "C", DELAY="3", **real("Orders", 0)))  # C before due
     state = ScheduleState(
         delivered_until=CLOCK,
+        pending_from=320,  # above C
         pending={PendingKey(3, "Orders"): PendingGroup(2, 12_500), PendingKey(0, "Users"): PendingGroup(1, 21_000)},
     )
     found = problems(spark, settings, tmp_path, ORIGINS + deliveries + PLAIN, state)
@@ -97,7 +98,8 @@ def test_a_missing_a_repeated_and_an_early_delivery_and_a_wrong_pending_count_ar
         ],
         "pending_problem": [
             "pending delay level 3 to Orders: 1 record(s) not yet due (first due 12500) where the lake state has 2 "
-            "(first due 12500)"
+            "(first due 12500); pending delay level 3 to Orders: its first record not yet due, at physical offset "
+            "300, is below the lake state's pending_from 320"
         ],
     }
 

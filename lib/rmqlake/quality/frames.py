@@ -492,7 +492,8 @@ def schedule_frame(commitlog: DataFrame, *, schedule: ScheduleState | None, rule
       up to (``delivered_until``), yet without exactly one delivery each;
     * ``early_delivery_problem``: not yet due, yet delivered;
     * ``pending_problem``: the records not yet due, counted per group with
-      the first due time, differ from the state's ``pending``.
+      the first due time, differ from the state's ``pending``, or one is
+      below the state's ``pending_from``.
 
     Messages are scanned for deliveries only from the first schedule record
     on; a lake without any reads the schedule topics' rows only.
@@ -584,7 +585,11 @@ def schedule_frame(commitlog: DataFrame, *, schedule: ScheduleState | None, rule
     lake_groups = (
         scheduled.filter(~is_due)
         .groupBy("level", "real_topic")
-        .agg(F.count(F.lit(1)).alias("lake_count"), F.min("due").alias("lake_next_due"))
+        .agg(
+            F.count(F.lit(1)).alias("lake_count"),
+            F.min("due").alias("lake_next_due"),
+            F.min("physical_offset").alias("lake_first_offset"),
+        )
     )
     pending = lake_groups.join(state_groups, ["level", "real_topic"], "full")
     group = F.format_string(
@@ -595,20 +600,35 @@ def schedule_frame(commitlog: DataFrame, *, schedule: ScheduleState | None, rule
     same = (F.coalesce("lake_count", F.lit(0)) == F.coalesce("state_count", F.lit(0))) & F.col(
         "lake_next_due"
     ).eqNullSafe(F.col("state_next_due"))
+    # ingest looks for the records to deliver from pending_from on: one below it would never be delivered
+    pending_from = schedule.pending_from if schedule else None
+    below = F.col("lake_first_offset") < F.lit(pending_from if pending_from is not None else 2**63 - 1)
+    count_problem = F.when(
+        ~same,
+        F.format_string(
+            "%s: %d record(s) not yet due (first due %s) where the lake state has %d (first due %s)",
+            group,
+            F.coalesce("lake_count", F.lit(0)),
+            F.coalesce(F.col("lake_next_due").cast("string"), F.lit("-")),
+            F.coalesce("state_count", F.lit(0)),
+            F.coalesce(F.col("state_next_due").cast("string"), F.lit("-")),
+        ),
+    )
+    from_problem = F.when(
+        below,
+        F.format_string(
+            "%s: its first record not yet due, at physical offset %d, is below the lake state's pending_from %s",
+            group,
+            "lake_first_offset",
+            F.lit(str(pending_from)),
+        ),
+    )
     pendings = pending.select(
         group.alias("record"),
         F.lit(None).cast("string").alias("due_delivery_problem"),
         F.lit(None).cast("string").alias("early_delivery_problem"),
         F.when(
-            ~same,
-            F.format_string(
-                "%s: %d record(s) not yet due (first due %s) where the lake state has %d (first due %s)",
-                group,
-                F.coalesce("lake_count", F.lit(0)),
-                F.coalesce(F.col("lake_next_due").cast("string"), F.lit("-")),
-                F.coalesce("state_count", F.lit(0)),
-                F.coalesce(F.col("state_next_due").cast("string"), F.lit("-")),
-            ),
+            count_problem.isNotNull() | from_problem.isNotNull(), F.concat_ws("; ", count_problem, from_problem)
         ).alias("pending_problem"),
     )
     return deliveries.unionByName(pendings)
