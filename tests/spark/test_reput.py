@@ -150,17 +150,10 @@ def test_index_switch_and_transaction_types(spark, tmp_path, java_oracle):
 
 def test_delay_topic_tags_code_reads_the_configured_delay_levels(spark, tmp_path):
     """With messageDelayLevel "1s 2s 3s" a unit on the delay topic carries store time + its level's delay,
-    a level above 3 the 3rd level's (the broker's default table would give 5 s and 30 s)."""
+    a level above 3 (clamped at the send) the 3rd level's; the broker's default table would give 5 s and 10 s."""
     lines = [
-        {
-            "topic": "SCHEDULE_TOPIC_XXXX",
-            "body": body,
-            "bornTimestamp": 5000,
-            "storeTimestamp": 7000,
-            "queueId": min(int(level), 3) - 1,
-            "properties": {"DELAY": level, "REAL_TOPIC": "OrderEvents", "REAL_QID": "0"},
-        }
-        for body, level in (("two", "2"), ("four", "4"))
+        {"topic": "OrderEvents", "body": body, "bornTimestamp": 7000, "delayLevel": level}
+        for body, level in (("two", 2), ("four", 4))
     ]
     path = tmp_path / "in" / "delay.jsonl"
     path.parent.mkdir(parents=True)

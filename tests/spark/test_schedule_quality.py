@@ -3,11 +3,17 @@ pending deliveries. Commitlog rows built in Spark (a few, the columns the suite 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rmqlake.lake.state import PendingGroup, PendingKey, ScheduleState
 from rmqlake.quality.suites import SUITES
-from rmqlake.steps.quality import _context, _validate
+from rmqlake.steps.ingest import ingest
+from rmqlake.steps.quality import _context, _validate, quality
+from rmqlake.steps.reput import reput
+from rmqlake.steps.status import status
+from rmqlake.timeutil import iso
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.spark
@@ -110,4 +116,31 @@ def test_a_lake_without_schedule_records_passes_unless_its_state_has_pending_one
         "pending delay level 3 to Orders: 0 record(s) not yet due (first due -) where the lake state has 1 "
         "(first due 12500)",
         "pending timers to Users: 0 record(s) not yet due (first due -) where the lake state has 1 (first due 21000)",
+    ]
+
+
+def test_a_lake_ingested_from_delay_and_timer_sends_passes(spark, tmp_path):
+    """Sends with delayLevel, deliverTimeMs and TIMER_DELAY_SEC through ingest and reput: the schedule and
+    consumequeue suites pass, and status lists what is not yet due."""
+    start = 1_764_000_000_000
+    lines = [
+        {"topic": "OrderEvents", "body": "d1", "bornTimestamp": start, "delayLevel": 1},  # due +1 s: delivered
+        {"topic": "OrderEvents", "body": "d9", "bornTimestamp": start + 100, "delayLevel": 9},  # level 3: pending
+        {"topic": "OrderEvents", "body": "t", "bornTimestamp": start + 200, "deliverTimeMs": start + 1500},
+        {"topic": "OrderEvents", "body": "t30", "bornTimestamp": start + 300, "properties": {"TIMER_DELAY_SEC": "30"}},
+        {"topic": "OrderEvents", "body": "p", "bornTimestamp": start + 2500},  # the run's clock
+    ]
+    path = tmp_path / "in" / "sends.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    settings = make_settings(tmp_path / "lake", "broker.message_delay_level=1s 2s 3s", "quality.report=false")
+    ingest(spark, settings, input_path=str(path))
+    reput(spark, settings)
+    metrics = quality(spark, settings, suites=["schedule", "consumequeue"])
+    assert {s["suite"]: s["failed"] for s in metrics["suites"]} == {"schedule.critical": 0, "consumequeue.critical": 0}
+    # one row per schedule record (two delivered, two pending) and per pending group
+    assert next(s["rows"] for s in metrics["suites"] if s["suite"] == "schedule.critical") == 4 + 2
+    assert [(p["schedule"], p["level"], p["count"], p["next_due"]) for p in status(settings)["pending"]] == [
+        ("delay", 3, 1, iso(start + 100 + 3000)),
+        ("timer", None, 1, iso(start + 30_000 + 1000)),  # TIMER_OUT_MS floored to the second, + the precision
     ]
