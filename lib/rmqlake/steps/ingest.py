@@ -269,11 +269,13 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
             options=options,
         )
         note.update(partitions_replayed=plan.partitions_replayed)
-    deliveries = plan.messages - messages
-    if deliveries < earlier_delivered:
+    this_run_pending = [row for row in stats if row.kind in ("pending", "pending_due")]
+    origins = sum(r["origins"] for r in per_file.values())
+    deliveries = origins - sum(r.value for r in this_run_pending if r.kind == "pending") + earlier_delivered
+    if plan.messages != messages + deliveries:
         raise AssertionError(
-            f"placement plan counts {plan.messages} records, parsing found {messages} messages and "
-            f"{earlier_delivered} earlier deliveries came due"
+            f"the placement plan counts {plan.messages} records; parsing found {messages} messages, and "
+            f"{deliveries} deliveries are due ({earlier_delivered} of earlier runs' messages)"
         )
 
     # 5. place and write
@@ -317,7 +319,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
         schedule,
         clock=clock,
         earlier_pending=earlier_pending,
-        this_run_pending=[row for row in stats if row.kind in ("pending", "pending_due")],
+        this_run_pending=this_run_pending,
         pending_delays=pending_delays,
         start_offset=start_offset,
         queue_heads=plan.queue_heads,
