@@ -121,7 +121,7 @@ def test_a_lake_without_schedule_records_passes_unless_its_state_has_pending_one
 
 def test_a_lake_ingested_from_delay_and_timer_sends_passes(spark, tmp_path):
     """Sends with delayLevel, deliverTimeMs and TIMER_DELAY_SEC through ingest and reput: the schedule and
-    consumequeue suites pass, and status lists what is not yet due."""
+    consumequeue suites pass, and status lists what is not yet due; a later run delivers it, and they pass again."""
     start = 1_764_000_000_000
     lines = [
         {"topic": "OrderEvents", "body": "d1", "bornTimestamp": start, "delayLevel": 1},  # due +1 s: delivered
@@ -144,3 +144,10 @@ def test_a_lake_ingested_from_delay_and_timer_sends_passes(spark, tmp_path):
         ("delay", 3, 1, iso(start + 100 + 3000)),
         ("timer", None, 1, iso(start + 30_000 + 1000)),  # TIMER_OUT_MS floored to the second, + the precision
     ]
+
+    later = tmp_path / "in" / "later.jsonl"  # its clock passes both: the earlier run's records are delivered now
+    later.write_text(json.dumps({"topic": "OrderEvents", "body": "q", "bornTimestamp": start + 40_000}) + "\n")
+    ingest(spark, settings, input_path=str(later))
+    metrics = quality(spark, settings, suites=["schedule"])
+    assert [(s["suite"], s["failed"], s["rows"]) for s in metrics["suites"]] == [("schedule.critical", 0, 4)]
+    assert status(settings)["pending"] == []
