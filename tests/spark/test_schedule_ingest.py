@@ -23,7 +23,7 @@ from tests.spark.test_ingest import assert_matches_reference, write_jsonl
 pytestmark = pytest.mark.spark
 
 LEVELS = "1s 2s 3s 5s 10s 30s"  # short levels, so deliveries fall inside and between the runs
-TOPICS = {"Wide": 12, "OrderEvents": 8, "Clickstream": 4}  # Wide: REAL_QIDs of two digits
+TOPICS = {"Wide": 12, "OrderEvents": 8, "UserProfile": 4}  # Wide: REAL_QIDs of two digits; UserProfile: COMPACTION
 SEGMENT = 8192
 START = 1_764_000_000_000
 
@@ -41,7 +41,13 @@ def settings_for(tmp_path: Path, *overrides: str):
 
 
 def reference(java_oracle) -> RefBroker:
-    config = RefConfig(segment_size=SEGMENT, queue_counts=dict(TOPICS), delay_levels=LEVELS, timer_max_delay_sec=120)
+    config = RefConfig(
+        segment_size=SEGMENT,
+        queue_counts=dict(TOPICS),
+        compaction_topics=frozenset({"UserProfile"}),
+        delay_levels=LEVELS,
+        timer_max_delay_sec=120,
+    )
     return RefBroker(config, java_oracle)
 
 
@@ -69,6 +75,12 @@ def sends(rng: random.Random, *, start: int, count: int) -> list[dict]:
             line["keys"] = f"k{rng.randrange(50)}"
         if rng.random() < 0.3:
             line["tags"] = rng.choice(["a", "b"])
+        if rng.random() < 0.1:
+            line["transaction"] = rng.choice(["PREPARED", "COMMIT", "ROLLBACK"])  # only COMMIT is re-routed
+        if rng.random() < 0.1:
+            line["bornHost"] = "[2001:db8::7]:50000"  # wider records, and sysFlag bits the delivery keeps
+        if line["topic"] == "UserProfile" and rng.random() < 0.8:
+            line["keys"] = f"user-{rng.randrange(20)}"
         lines.append(line)
     return lines
 
@@ -90,12 +102,20 @@ def test_delays_and_timers_are_re_routed_and_delivered_as_the_reference_broker_d
         assert_matches_reference(spark, settings, broker)
         state = Lake.from_settings(settings).state().schedule
         assert state.delivered_until == broker.clock
-        assert state.pending_count == len(broker.scheduled) == metrics["pending_deliveries"]
         expected: dict[PendingKey, int] = {}
         for origin in broker.scheduled:
             key = PendingKey(origin["route"]["level"], origin["route"]["real_topic"])
             expected[key] = expected.get(key, 0) + 1
         assert {key: group.count for key, group in state.pending.items()} == expected
+        assert state.pending_count == len(broker.scheduled) == metrics["pending_deliveries"]
+        next_offsets = {}  # delayOffset.json: the next queue offset each level delivers
+        for level in range(1, len(LEVELS.split()) + 1):
+            waiting = [o["queue_offset"] for o in broker.scheduled if o["route"]["level"] == level]
+            if waiting or ("SCHEDULE_TOPIC_XXXX", level - 1) in broker.queue_heads:
+                next_offsets[level] = min(waiting, default=broker.queue_heads.get(("SCHEDULE_TOPIC_XXXX", level - 1)))
+        assert dict(state.delay_offsets) == next_offsets
+        if broker.scheduled:
+            assert state.pending_from <= min(o["physical_offset"] for o in broker.scheduled)
         for key, group in state.pending.items():
             dues = [o["route"]["due"] for o in broker.scheduled if PendingKey(o["route"]["level"],
                     o["route"]["real_topic"]) == key]  # fmt: skip

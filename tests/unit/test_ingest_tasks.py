@@ -220,7 +220,13 @@ def test_a_truncated_gzip_input_keeps_its_lines_and_rejects_where_it_breaks(tmp_
     storage = target.storage()
     kept = pa.ipc.open_file(storage.open_mapped(target.scratch_file(0))).read_all().column("source_line").to_pylist()
     assert 0 < len(kept) < 3000 and kept == list(range(1, len(kept) + 1))
-    assert counts == {"split": 0, "lines": len(kept) + 1, "rejected": 1, "last_store_timestamp": 1_000 + len(kept) - 1}
+    assert counts == {
+        "split": 0,
+        "lines": len(kept) + 1,
+        "rejected": 1,
+        "last_store_timestamp": 1_000 + len(kept) - 1,
+        "origins": 0,
+    }
     rejected = pq.read_table(storage.file_path(f"{target.rejected_dir}/part-000000-r1.parquet")).to_pylist()
     assert [(r["source_file"], r["source_line"]) for r in rejected] == [(str(path), len(kept) + 1)]
     assert rejected[0]["reason"].startswith(

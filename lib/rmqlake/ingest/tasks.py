@@ -128,6 +128,7 @@ PARSED_COUNTS = columns(
     ("lines", "bigint", "lines read"),
     ("rejected", "bigint", "lines rejected"),
     ("last_store_timestamp", "bigint", "the latest store time of the split's messages (null: none)"),
+    ("origins", "bigint", "delay-level and timer records among them (each has a delivery, due now or later)"),
 )
 
 
@@ -228,6 +229,7 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
             "lines": [first_line - task.first_line],
             "rejected": [sum(piece.num_rows for piece in rejected)],
             "last_store_timestamp": [last_stored],
+            "origins": [sum(len(due) for _, due, _ in origins)],
         },
         schema=PARSED_COUNTS.arrow_schema,
     )
@@ -720,9 +722,10 @@ def parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target
     with_messages = []
     last_stored = None
     for row in frame.mapInArrow(parse, PARSED_COUNTS.ddl).collect():
-        totals = per_file.setdefault(by_index[row["split"]].path, {"lines": 0, "rejected": 0})
+        totals = per_file.setdefault(by_index[row["split"]].path, {"lines": 0, "rejected": 0, "origins": 0})
         totals["lines"] += row["lines"]
         totals["rejected"] += row["rejected"]
+        totals["origins"] += row["origins"]
         if row["lines"] > row["rejected"]:
             with_messages.append(row["split"])
         if row["last_store_timestamp"] is not None:

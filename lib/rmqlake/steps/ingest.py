@@ -269,11 +269,13 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
             options=options,
         )
         note.update(partitions_replayed=plan.partitions_replayed)
-    deliveries = plan.messages - messages
-    if deliveries < earlier_delivered:
+    this_run_pending = [row for row in stats if row.kind in ("pending", "pending_due")]
+    origins = sum(r["origins"] for r in per_file.values())
+    deliveries = origins - sum(r.value for r in this_run_pending if r.kind == "pending") + earlier_delivered
+    if plan.messages != messages + deliveries:
         raise AssertionError(
-            f"placement plan counts {plan.messages} records, parsing found {messages} messages and "
-            f"{earlier_delivered} earlier deliveries came due"
+            f"the placement plan counts {plan.messages} records; parsing found {messages} messages, and "
+            f"{deliveries} deliveries are due ({earlier_delivered} of earlier runs' messages)"
         )
 
     # 5. place and write
@@ -317,7 +319,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
         schedule,
         clock=clock,
         earlier_pending=earlier_pending,
-        this_run_pending=[row for row in stats if row.kind in ("pending", "pending_due")],
+        this_run_pending=this_run_pending,
         pending_delays=pending_delays,
         start_offset=start_offset,
         queue_heads=plan.queue_heads,
@@ -429,11 +431,14 @@ def _schedule_after(
     offsets = [row["min_offset"] for row in earlier_pending if row["min_offset"] is not None]
     for row in earlier_pending:
         add(PendingKey(row["level"], row["topic"]), row["count"], row["next_due"])
-    counts = {(r.topic, r.queue_id): r.value for r in this_run_pending if r.kind == "pending"}
-    dues = {(r.topic, r.queue_id): r.value for r in this_run_pending if r.kind == "pending_due"}
-    for (topic, level), count in counts.items():
-        add(PendingKey(level, topic), count, dues[(topic, level)])
-    if counts:
+    dues = {}  # the earliest due of each group over the partitions that counted it
+    for row in this_run_pending:
+        if row.kind == "pending_due":
+            dues[(row.topic, row.queue_id)] = min(dues.get((row.topic, row.queue_id), row.value), row.value)
+    for row in this_run_pending:
+        if row.kind == "pending":
+            add(PendingKey(row.queue_id, row.topic), row.value, dues[(row.topic, row.queue_id)])
+    if this_run_pending:
         offsets.append(start_offset)  # this run's origins are all at or after where it started
     next_delivery: dict[int, int] = {}
     for row in [*earlier_pending, *pending_delays]:
