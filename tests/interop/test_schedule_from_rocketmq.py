@@ -341,3 +341,23 @@ def test_the_rebuild_has_nothing_pending_and_the_brokers_delay_offsets(broker, r
     assert state.pending == {} and state.pending_from is None
     assert state.delivered_until == max(r["store_timestamp"] for r in broker.records)
     assert dict(state.delay_offsets) == delay_offsets(broker)
+
+
+@pytest.mark.spark
+def test_reput_of_the_rebuild_gives_the_brokers_consume_queues(broker, rebuilt):
+    """Every ConsumeQueue unit, by the record it points at: the same topic, queue, queue offset, size and
+    tagsCode (a ``SCHEDULE_TOPIC_XXXX`` unit's is the due time, which both compute from the store time);
+    the same commitlog offset where the record's physical offset is the same (see the test above)."""
+
+    def by_record(records: list[dict], units: list[dict]) -> dict:
+        identity = dict(zip((r["physical_offset"] for r in records), identities(records), strict=True))
+        return {identity[u["commitlog_offset"]]: u for u in units}
+
+    ours, theirs = by_record(rebuilt["records"], rebuilt["units"]), by_record(broker.records, broker.units)
+    assert len(rebuilt["units"]) == len(broker.units) == len(ours) == len(theirs)
+    same_place = in_the_same_place(rebuilt["records"], broker.records)
+    fields = ("topic", "queue_id", "queue_offset", "size", "tags_code")
+    for identity, unit in theirs.items():
+        assert {k: ours[identity][k] for k in fields} == {k: unit[k] for k in fields}, identity
+        if identity in same_place:
+            assert ours[identity]["commitlog_offset"] == unit["commitlog_offset"], identity
