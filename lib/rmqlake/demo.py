@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -193,6 +194,7 @@ def _a_pending_delivery(settings, *, batch: str) -> dict | None:
 
     from rmqlake.formats.consumequeue import SCHEDULE_TOPIC
     from rmqlake.formats.schedule import REAL_QID, REAL_TOPIC
+    from rmqlake.steps.status import status
     from rmqlake.timeutil import iso
 
     lake = Lake.from_settings(settings)
@@ -214,13 +216,16 @@ def _a_pending_delivery(settings, *, batch: str) -> dict | None:
         return None
     first = min(pending, key=due)
     properties = dict(first["properties"])
-    groups = schedule.pending.values()
+    listed = status(settings, lake=lake)
+    groups = listed["pending"]
     stored = (
         f"a delayed message (UNIQ_KEY {first['uniq_key']}, DELAY {properties['DELAY']}, for "
         f"{properties[REAL_TOPIC]} queue {properties[REAL_QID]}):\n"
         f"  stored by batch {batch} on {SCHEDULE_TOPIC} queue {first['queue_id']} offset {first['queue_offset']} "
         f"at {iso(first['store_timestamp'])}, due {iso(due(first))}\n"
-        f"  pending after that batch, with {sum(g.count for g in groups) - 1} other deliveries (rmqlake status)"
+        f"  pending after that batch: rmqlake status lists {listed['store']['pending_deliveries']} deliveries in "
+        f"{len(groups)} groups{', the first:' if len(groups) > 3 else ':'}\n"
+        + textwrap.indent(render_table(groups[:3]), "    ")
     )
     return {"uniq_key": first["uniq_key"], "topic": properties[REAL_TOPIC], "stored": stored}
 
