@@ -289,9 +289,10 @@ def test_the_sends_as_a_producer_log_give_the_brokers_commitlog(broker, rebuilt)
       byte for byte, in storage order, and so is the record size;
     * the order of deliveries: the broker appends them as its services come round, rmqlake in due
       order. Physical offsets are equal for every record up to the first place where the two orders
-      differ (every sent record, which the broker stored before the first delivery came due; in a run
-      without scheduling jitter, all of them). Queue offsets are compared for all: the deliveries that
-      share a queue here are of one level, delivered in send order by both.
+      differ: at least every sent record when the broker stored them all before its first delivery
+      (the sends take about 100 ms, the shortest delay is 1 s); in a run without scheduling jitter,
+      all records. Queue offsets are compared for all: the deliveries that share a queue here are of
+      one level, delivered in send order by both.
 
     Every other field is equal: topic, queue id and offset, sysFlag, flag, body, born time and host,
     store host, reconsume times, prepared transaction offset, and the sent records' store times.
@@ -303,7 +304,9 @@ def test_the_sends_as_a_producer_log_give_the_brokers_commitlog(broker, rebuilt)
     assert len(reasons) == sum(1 for s in broker.sends if s["expect"] == "refused")  # as the broker refused them
     assert all("timer message illegal" in reason for reason in reasons), reasons
     same_place = in_the_same_place(ours, theirs)
-    assert {i for i in their_ids if i[1] == 0} <= same_place, (our_ids, their_ids)
+    sent = {i for i in their_ids if i[1] == 0}
+    if all(n == 0 for _, n in their_ids[: len(sent)]):  # the broker stored every send before any delivery
+        assert sent <= same_place, (our_ids, their_ids)
     mine, their_records = dict(zip(our_ids, ours, strict=True)), dict(zip(their_ids, theirs, strict=True))
     for identity, their in their_records.items():
         our = mine[identity]
