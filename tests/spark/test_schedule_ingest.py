@@ -160,7 +160,7 @@ def test_expiry_of_a_segment_loses_its_pending_deliveries_as_a_broker_does(spark
         if row["topic"] == "SCHEDULE_TOPIC_XXXX" and row["physical_offset"] >= deleted["min_physical_offset"]
         and row["store_timestamp"] + 30_000 > before.delivered_until
     ]  # fmt: skip
-    assert 0 < lost and after.pending_count == len(left) == before.pending_count - lost
+    assert lost > 0 and after.pending_count == len(left) == before.pending_count - lost
     assert after.pending_from >= deleted["min_physical_offset"]
     checked = quality(spark, settings, suites=["schedule"])
     assert [(s["suite"], s["failed"]) for s in checked["suites"]] == [("schedule.critical", 0)]
