@@ -172,3 +172,37 @@ def _next_hour(ms: int, hour: int) -> int:
 
     moment = datetime.fromtimestamp(ms / 1000, UTC).replace(hour=hour, minute=0, second=0, microsecond=0)
     return int((moment + timedelta(days=1)).timestamp() * 1000)
+
+
+def test_the_real_topic_sees_a_delayed_message_only_from_its_delivery(spark, tmp_path):
+    """A pull of the real topic's queue and a key lookup on it find nothing while the message waits on the
+    schedule topic (where a key lookup on SCHEDULE_TOPIC_XXXX finds it), then the delivered record."""
+    from rmqlake.query import query_key, query_offset
+    from rmqlake.steps.reput import reput
+
+    settings = settings_for(tmp_path)
+    delayed = {"topic": "OrderEvents", "queueId": 2, "keys": "order-7", "body": "later", "bornTimestamp": START}
+    ingest(spark, settings, input_path=str(write_jsonl(tmp_path / "in" / "a.jsonl", [{**delayed, "delayLevel": 6}])))
+    reput(spark, settings)
+    lake = Lake.from_settings(settings)
+    sizes = {"segment_size": SEGMENT}
+
+    def lookups():
+        lake = Lake.from_settings(settings)
+        pulled = query_offset(lake, topic="OrderEvents", queue=2, offset=0, **sizes)["rows"]
+        keyed = query_key(lake, topic="OrderEvents", key="order-7", slots=settings.store.index_slots, **sizes)
+        waiting = query_key(lake, topic="SCHEDULE_TOPIC_XXXX", key="order-7", slots=settings.store.index_slots, **sizes)
+        return pulled, keyed["rows"], waiting["rows"]
+
+    pulled, keyed, waiting = lookups()
+    assert pulled == [] and keyed == []
+    assert [(m["queue_id"], m["store_timestamp"]) for m in waiting] == [(5, START)]  # level 6: queue 5
+    assert lake.state().schedule.pending_count == 1
+
+    later = {"topic": "OrderEvents", "queueId": 0, "body": "tick", "bornTimestamp": START + 60_000}
+    ingest(spark, settings, input_path=str(write_jsonl(tmp_path / "in" / "b.jsonl", [later])))
+    reput(spark, settings)
+    pulled, keyed, waiting = lookups()
+    assert [(m["body"], m["store_timestamp"]) for m in pulled] == [(b"later", START + 30_000)]
+    assert [m["physical_offset"] for m in keyed] == [m["physical_offset"] for m in pulled]
+    assert len(waiting) == 1  # the schedule topic keeps its record
