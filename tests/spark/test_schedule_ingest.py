@@ -130,3 +130,79 @@ def _at(ms: int):
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def test_expiry_of_a_segment_loses_its_pending_deliveries_as_a_broker_does(spark, tmp_path):
+    """Delayed messages whose segment expires before they are due are gone (a broker's ScheduleMessageService
+    finds no record behind the queue unit): the state counts only what is left, which later runs deliver."""
+    from rmqlake.steps.expire import expire
+    from rmqlake.steps.quality import quality
+
+    lines = [
+        {"topic": "OrderEvents", "queueId": 0, "body": "x" * 600, "bornTimestamp": START + i * 1000, "delayLevel": 6}
+        for i in range(60)
+    ]
+    settings = settings_for(
+        tmp_path, "retention.file_reserved_hours=0", "retention.delete_when=04", "quality.report=false"
+    )
+    path = write_jsonl(tmp_path / "in" / "sends.jsonl", lines)
+    ingest(spark, settings, input_path=str(path))
+    lake = Lake.from_settings(settings)
+    before = lake.state().schedule
+    assert before.pending_count == 30  # due 30 s after their store time: the last 30 are not due by the last one
+    deleted = expire(spark, settings, now=_at(_next_hour(START, 4)))
+    assert deleted["segments_deleted"] > 0
+    lost = deleted["scheduled_deliveries_lost"]
+    after = Lake.from_settings(settings).state().schedule
+    left = [
+        row
+        for row in lake.read_arrow("commitlog", columns=["topic", "physical_offset", "store_timestamp"]).to_pylist()
+        if row["topic"] == "SCHEDULE_TOPIC_XXXX" and row["physical_offset"] >= deleted["min_physical_offset"]
+        and row["store_timestamp"] + 30_000 > before.delivered_until
+    ]  # fmt: skip
+    assert lost > 0 and after.pending_count == len(left) == before.pending_count - lost
+    assert after.pending_from >= deleted["min_physical_offset"]
+    checked = quality(spark, settings, suites=["schedule"])
+    assert [(s["suite"], s["failed"]) for s in checked["suites"]] == [("schedule.critical", 0)]
+
+
+def _next_hour(ms: int, hour: int) -> int:
+    """The first time after ``ms`` at ``hour``:00 UTC, a day later at least (so the reserved time has passed)."""
+    from datetime import UTC, datetime, timedelta
+
+    moment = datetime.fromtimestamp(ms / 1000, UTC).replace(hour=hour, minute=0, second=0, microsecond=0)
+    return int((moment + timedelta(days=1)).timestamp() * 1000)
+
+
+def test_the_real_topic_sees_a_delayed_message_only_from_its_delivery(spark, tmp_path):
+    """A pull of the real topic's queue and a key lookup on it find nothing while the message waits on the
+    schedule topic (where a key lookup on SCHEDULE_TOPIC_XXXX finds it), then the delivered record."""
+    from rmqlake.query import query_key, query_offset
+    from rmqlake.steps.reput import reput
+
+    settings = settings_for(tmp_path)
+    delayed = {"topic": "OrderEvents", "queueId": 2, "keys": "order-7", "body": "later", "bornTimestamp": START}
+    ingest(spark, settings, input_path=str(write_jsonl(tmp_path / "in" / "a.jsonl", [{**delayed, "delayLevel": 6}])))
+    reput(spark, settings)
+    lake = Lake.from_settings(settings)
+    sizes = {"segment_size": SEGMENT}
+
+    def lookups():
+        lake = Lake.from_settings(settings)
+        pulled = query_offset(lake, topic="OrderEvents", queue=2, offset=0, **sizes)["rows"]
+        keyed = query_key(lake, topic="OrderEvents", key="order-7", slots=settings.store.index_slots, **sizes)
+        waiting = query_key(lake, topic="SCHEDULE_TOPIC_XXXX", key="order-7", slots=settings.store.index_slots, **sizes)
+        return pulled, keyed["rows"], waiting["rows"]
+
+    pulled, keyed, waiting = lookups()
+    assert pulled == [] and keyed == []
+    assert [(m["queue_id"], m["store_timestamp"]) for m in waiting] == [(5, START)]  # level 6: queue 5
+    assert lake.state().schedule.pending_count == 1
+
+    later = {"topic": "OrderEvents", "queueId": 0, "body": "tick", "bornTimestamp": START + 60_000}
+    ingest(spark, settings, input_path=str(write_jsonl(tmp_path / "in" / "b.jsonl", [later])))
+    reput(spark, settings)
+    pulled, keyed, waiting = lookups()
+    assert [(m["body"], m["store_timestamp"]) for m in pulled] == [(b"later", START + 30_000)]
+    assert [m["physical_offset"] for m in keyed] == [m["physical_offset"] for m in pulled]
+    assert len(waiting) == 1  # the schedule topic keeps its record
