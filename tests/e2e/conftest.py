@@ -19,7 +19,8 @@ from tests.e2e.processes import INDEX, SETTINGS, TOPICS, in_process, ingest_args
 @pytest.fixture(scope="session")
 def landing(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("input")
-    generate(root, messages=1200, topics=TOPICS, hours=2, bad_rate=0.01, seed=99)
+    # with delayed and timer messages: the killed, retried and concurrent runs re-route and deliver them too
+    generate(root, messages=1200, topics=TOPICS, hours=2, bad_rate=0.01, seed=99, schedule_share=0.05)
     return root / "landing"
 
 

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from rmqlake.lake import Lake
+from rmqlake.timeutil import parse_timestamp
 from tests.conftest import REPO
 from tests.e2e import processes
 from tests.e2e.processes import (
@@ -118,8 +120,12 @@ def test_runs_killed_during_the_write_before_and_after_the_ledger_commit_then_on
 def test_two_concurrent_ingests_commit_one_after_the_other(tmp_path, landing, java_oracle, engine):
     lake = tmp_path / "lake"
 
-    def ingest_args(lake, source):
-        return [*processes.ingest_args(lake, source), *engine]
+    def hour_end(hour) -> int:  # the clock the hourly DAG gives a run: its interval's end
+        day, number = hour.parent.name[3:], int(hour.name[5:])
+        return parse_timestamp(f"{day}T00:00:00Z") + (number + 1) * 3_600_000
+
+    def ingest_args(lake, hour):
+        return [*processes.ingest_args(lake, hour), "--now", str(hour_end(hour)), *engine]
 
     flag = tmp_path / "go"
     hours = sorted(landing.glob("dt=*/hour=*"))
@@ -156,8 +162,17 @@ def test_two_concurrent_ingests_commit_one_after_the_other(tmp_path, landing, ja
         ),
         java_oracle,
     )
-    for hour in order:
-        broker.ingest_files([str(p) for p in sorted(hour.glob("*.jsonl"))])
+    for hour in order:  # hour 0 first: hour 1's run delivers what was pending; hour 1 first: hour 0's does
+        broker.ingest_files([str(p) for p in sorted(hour.glob("*.jsonl"))], now=hour_end(hour))
     assert [(r["physical_offset"], r["queue_id"], r["queue_offset"], r["source_line"]) for r in commitlog] == [
         (m["physical_offset"], m["queue_id"], m["queue_offset"], m["source_line"]) for m in broker.messages
     ]
+    # the delayed messages: re-routed, delivered by whichever run's clock passed them, each once
+    assert any(r["topic"] == "SCHEDULE_TOPIC_XXXX" for r in commitlog)
+    assert sum(r["source_file"] == "(scheduled delivery)" for r in commitlog) == sum(
+        m["source_file"] == "(scheduled delivery)" for m in broker.messages
+    )
+    assert (
+        len(commitlog) == len(broker.messages)
+        and len(broker.scheduled) == Lake(str(lake)).state().schedule.pending_count
+    )
