@@ -1,0 +1,137 @@
+"""export-store and import-store of scheduled messages: ``config/delayOffset.json`` and the lake's schedule state.
+
+The lake holds schedule records (``SCHEDULE_TOPIC_XXXX``, the timer topic) and deliveries as a broker
+stores them, given to ingest as they are stored; the first run leaves two delay records pending, the
+second adds a timer delivered although due after them (a broker stopped while a level's thread lagged).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rmqlake.formats.store import delay_offsets_json, parse_delay_offsets
+from rmqlake.lake import Lake
+from rmqlake.lake.state import PendingGroup, PendingKey
+from rmqlake.steps.ingest import ingest
+from rmqlake.steps.store import export_store, import_store
+from tests.conftest import make_settings
+
+pytestmark = pytest.mark.spark
+T0 = 1795687200000
+SETTINGS = ["broker.message_delay_level=1s 2s 3s", "store.commitlog_segment_size=16384"]
+SCHEDULE, TIMER = "SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"
+
+
+def line(topic: str, queue: int, at: int, key: str, **properties: str) -> dict:
+    return {"topic": topic, "queueId": queue, "body": f"body of {key}", "bornTimestamp": at - 5,
+            "storeTimestamp": at, "uniqKey": key, "properties": properties}  # fmt: skip
+
+
+def delay(level: int, at: int, key: str, *, queue: int = 1) -> dict:
+    return line(SCHEDULE, level - 1, at, key, DELAY=str(level), REAL_TOPIC="Orders", REAL_QID=str(queue))
+
+
+def delay_delivery(level: int, at: int, key: str, *, queue: int = 1) -> dict:
+    return line("Orders", queue, at, key, DELAY=str(level), REAL_TOPIC="Orders", REAL_QID=str(queue))
+
+
+def timer(out_ms: int, at: int, key: str, *, queue: int) -> dict:
+    return line(TIMER, 0, at, key, TIMER_OUT_MS=str(out_ms), REAL_TOPIC="Timed", REAL_QID=str(queue))
+
+
+def timer_delivery(out_ms: int, at: int, key: str, *, queue: int) -> dict:
+    properties = {"TIMER_OUT_MS": str(out_ms), "REAL_TOPIC": "Timed", "REAL_QID": str(queue)}
+    return line("Timed", queue, at, key, **properties, TIMER_ENQUEUE_MS=str(at // 1000 * 1000))
+
+
+FIRST = [
+    line("Orders", 0, T0, "plain-1"),
+    delay(1, T0 + 100, "A"),  # due T0 + 1100, delivered
+    timer(T0 + 1000, T0 + 200, "T1", queue=0),  # due T0 + 2000, delivered
+    delay_delivery(1, T0 + 1100, "A"),
+    timer_delivery(T0 + 1000, T0 + 2000, "T1", queue=0),
+    delay(1, T0 + 2500, "C"),  # due T0 + 3500: pending
+    delay(3, T0 + 2600, "B"),  # due T0 + 5600: pending
+    line("Orders", 0, T0 + 3000, "plain-2"),  # the store's clock
+]
+SECOND = [
+    timer(T0 + 9000, T0 + 4000, "D", queue=1),  # due T0 + 10000, delivered: after C and B, which are not
+    timer_delivery(T0 + 9000, T0 + 10000, "D", queue=1),
+    line("Orders", 0, T0 + 10500, "plain-3"),
+]
+
+
+def write_lines(path: Path, lines: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(item) + "\n" for item in lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("schedule-store")
+    settings = make_settings(root / "lake", *SETTINGS)
+    assert ingest(spark, settings, input_path=str(write_lines(root / "in1" / "a.jsonl", FIRST)))["rejected"] == 0
+    first_seq = Lake.from_settings(settings).ledger().seq
+    assert ingest(spark, settings, input_path=str(write_lines(root / "in2" / "b.jsonl", SECOND)))["rejected"] == 0
+    then = export_store(spark, settings, out=str(root / "then"), as_of=str(first_seq))
+    now = export_store(spark, settings, out=str(root / "now"))
+    return {"root": root, "settings": settings, "then": Path(then["out"]), "now": Path(now["out"]), "metrics": now}
+
+
+def offsets_of(settings) -> dict[str, int]:
+    rows = Lake.from_settings(settings).read_arrow("commitlog", columns=["uniq_key", "physical_offset"]).to_pylist()
+    return {r["uniq_key"]: r["physical_offset"] for r in rows}
+
+
+def test_export_writes_the_delay_offsets_as_the_broker_does(lake):
+    text = (lake["then"] / "config" / "delayOffset.json").read_text()
+    # level 1: A delivered (queue offset 0), C not (1); level 3: B not (0); level 2 has no queue
+    assert parse_delay_offsets(text) == {1: 1, 3: 0}
+    stamp = json.loads(text.replace("{1:1,3:0", '{"1":1,"3":0'))["dataVersion"]
+    assert text == delay_offsets_json({1: 1, 3: 0}, data_version=stamp["counter"], timestamp=stamp["timestamp"])
+    assert '"offsetTable":{1:1,3:0\n\t}' in text  # fastjson's bare integer keys
+    assert parse_delay_offsets((lake["now"] / "config" / "delayOffset.json").read_text()) == {1: 1, 3: 0}
+    assert lake["metrics"]["delay_offsets"] == {"1": 1, "3": 0}
+
+
+def test_import_makes_the_next_ingest_deliver_what_the_broker_had_not(spark, lake):
+    settings = make_settings(lake["root"] / "imported-then", *SETTINGS)
+    metrics = import_store(spark, settings, store_dir=str(lake["then"]))
+    assert (metrics["schedule_delivered"], metrics["schedule_pending"], metrics["schedule_redelivered"]) == (2, 2, 0)
+    assert metrics["delay_offsets_file"] is True and metrics["delay_offsets_differing"] == []
+    state = Lake.from_settings(settings).state().schedule
+    assert state.delivered_until == T0 + 3000  # the store's clock: after A and T1 were due, before C
+    assert state.pending == {
+        PendingKey(1, "Orders"): PendingGroup(1, T0 + 3500),
+        PendingKey(3, "Orders"): PendingGroup(1, T0 + 5600),
+    }
+    assert state.pending_from == offsets_of(settings)["C"]
+    assert state.delay_offsets == {1: 1, 3: 0}
+
+    # the imported lake has the schedule state: its export writes that state's offsets
+    again = export_store(spark, settings, out=str(lake["root"] / "imported-then-export"))
+    assert (Path(again["out"]) / "config" / "delayOffset.json").read_text().split('"offsetTable"')[1] == (
+        (lake["then"] / "config" / "delayOffset.json").read_text().split('"offsetTable"')[1]
+    )
+
+
+def test_a_delivery_due_after_an_undelivered_one_is_delivered_again_rather_than_one_lost(spark, lake):
+    store = lake["now"]
+    # a broker that stopped before it persisted level 1's progress: its file is behind the records
+    (store / "config" / "delayOffset.json").write_text('{"offsetTable":{"1":0,"3":0}}')
+    settings = make_settings(lake["root"] / "imported-now", *SETTINGS)
+    metrics = import_store(spark, settings, store_dir=str(store))
+    assert metrics["delay_offsets_differing"] == [1]
+    assert (metrics["schedule_delivered"], metrics["schedule_redelivered"]) == (3, 1)
+    state = Lake.from_settings(settings).state().schedule
+    assert state.delivered_until == T0 + 3499  # just before C's due: D (due T0 + 10000) is pending again
+    assert state.pending == {
+        PendingKey(0, "Timed"): PendingGroup(1, T0 + 10000),
+        PendingKey(1, "Orders"): PendingGroup(1, T0 + 3500),
+        PendingKey(3, "Orders"): PendingGroup(1, T0 + 5600),
+    }
+    assert state.delay_offsets == {1: 1, 3: 0}  # the records, not the file
