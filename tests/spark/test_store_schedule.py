@@ -8,6 +8,7 @@ second adds a timer delivered although due after them (a broker stopped while a 
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,9 @@ def test_export_writes_the_delay_offsets_as_the_broker_does(lake):
     assert '"offsetTable":{1:1,3:0\n\t}' in text  # fastjson's bare integer keys
     assert parse_delay_offsets((lake["now"] / "config" / "delayOffset.json").read_text()) == {1: 1, 3: 0}
     assert lake["metrics"]["delay_offsets"] == {"1": 1, "3": 0}
+    # no timer pending then: a broker's timer wheel starts at the timer queue's head (T1 at 0 is delivered)
+    checkpoint = (lake["then"] / "config" / "timercheck").read_bytes()
+    assert len(checkpoint) == 4096 and struct.unpack_from(">qqqq", checkpoint) == (0, 0, 1, 1)
 
 
 def test_import_makes_the_next_ingest_deliver_what_the_broker_had_not(spark, lake):

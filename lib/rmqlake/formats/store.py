@@ -3,7 +3,7 @@
 Sources: StorePathConfigHelper.java, StoreCheckpoint.java,
 TopicConfigSerializeWrapper / TopicConfig.java, ConsumerOffsetManager.java,
 SubscriptionGroupManager / SubscriptionGroupConfig.java, ScheduleMessageService /
-DelayOffsetSerializeWrapper.java (written by fastjson 1).
+DelayOffsetSerializeWrapper.java (written by fastjson 1), TimerCheckpoint.java.
 """
 
 from __future__ import annotations
@@ -123,6 +123,23 @@ def subscription_groups_json(groups: Iterable[str], *, data_version: int, timest
     return _pretty(
         {"dataVersion": _data_version(data_version, timestamp), "forbiddenTable": {}, "subscriptionGroupTable": table}
     )
+
+
+TIMER_CHECKPOINT = struct.Struct(">qqqqqqq")
+
+
+def timer_checkpoint(queue_offset: int, *, data_version: int, timestamp: int) -> bytes:
+    """``config/timercheck`` (``TimerCheckpoint``, one 4096-byte page) of a broker whose timer wheel is empty.
+
+    The wheel takes the timer topic's records from ``queue_offset`` on
+    (``lastTimerQueueOffset``; a master starts at the lower of it and
+    ``masterTimerQueueOffset``, so both are set); no timerlog written
+    (``lastTimerLogFlushPos`` 0); the read position 0, which the broker moves
+    to its own clock less the wheel's span, as it does without the file.
+    Then ``stateVersion``, ``timestamp`` and ``counter`` of its data version.
+    """
+    head = TIMER_CHECKPOINT.pack(0, 0, queue_offset, queue_offset, 0, timestamp, data_version)
+    return head + bytes(CHECKPOINT_FILE_SIZE - len(head))
 
 
 def delay_offsets_json(offsets: Mapping[int, int], *, data_version: int, timestamp: int) -> str:

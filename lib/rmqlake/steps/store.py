@@ -5,7 +5,10 @@ segments, ``consumequeue/{topic}/{queueId}/`` files, ``index/`` files, the
 compaction store of COMPACTION topics (``compaction/compactionLog`` and
 ``compaction/compactionCq``, from ``compaction_log`` and ``compaction_cq``:
 the broker serves those topics from it), the ``checkpoint`` and ``config/``
-JSON, no ``abort`` file (a clean shutdown).
+JSON, no ``abort`` file (a clean shutdown). Scheduled messages go on where
+the lake left them: ``config/delayOffset.json`` holds each delay level's
+progress, ``config/timercheck`` the timer queue offset a broker's (empty)
+timer wheel starts from; no ``timerlog``/``timerwheel`` files.
 Every file is written by a Spark task straight from the Parquet files the
 Delta log lists for it (one task per commitlog segment), never assembled
 on the driver, and gets the modification time the broker's file would
@@ -17,7 +20,8 @@ target and renamed into place at the end.
 Import walks a broker's commitlog files, one Spark task per file, into
 ``commitlog`` and ``segments`` of an empty lake (corrupt records go to
 ``rejected`` with their file and offset); ``reput`` then rebuilds the
-consume queues and index files.
+consume queues and index files. The lake's schedule state comes from the
+records: what has its delivery is delivered, the rest pending.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import shutil
 import time
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -111,9 +115,9 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
             note.update(queues=len(compacted), files=sum(w["files"] for w in compacted))
         last_message = max((w["last_offset"] for w in written if w["last_offset"] is not None), default=0)
         with stages("scheduled-message progress") as note:
-            delay_offsets = _delay_offsets(spark, lake, settings, entry)
-            note.update(levels=len(delay_offsets))
-        _write_metadata(lake, settings, entry, work, last_message_offset=last_message, delay_offsets=delay_offsets)
+            scheduled = _schedule_files(spark, lake, settings, entry)
+            note.update(levels=len(scheduled.delay_offsets), timer_queue_offset=scheduled.timer_queue_offset)
+        _write_metadata(lake, settings, entry, work, last_message_offset=last_message, scheduled=scheduled)
         if target.exists():
             shutil.rmtree(target)
         os.replace(work, target)
@@ -136,7 +140,9 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
         "compaction_queues": len(compacted),
         "compaction_files": sum(w["files"] for w in compacted),
         "compaction_records": sum(w["records"] for w in compacted),
-        "delay_offsets": {str(level): offset for level, offset in sorted(delay_offsets.items())},
+        "delay_offsets": {str(level): offset for level, offset in sorted(scheduled.delay_offsets.items())},
+        "timer_queue_offset": scheduled.timer_queue_offset,
+        "timer_redelivered": scheduled.timer_redelivered,
         "seconds": round(seconds, 3),
         "commitlog_mb_per_s": round(data_bytes / 2**20 / seconds, 2) if seconds else None,
         "stage_seconds": stages.seconds,
@@ -290,33 +296,60 @@ def _run_tasks(spark, write, tasks: list[dict], *, one_per_task: bool = False) -
     return context.parallelize(tasks, slices).map(write).collect()
 
 
-def _delay_offsets(spark, lake: Lake, settings: Settings, entry) -> dict[int, int]:
-    """Per delay level with a ``SCHEDULE_TOPIC_XXXX`` queue: the queue offset a broker delivers from.
+@dataclass(frozen=True)
+class ScheduleFiles:
+    """What a broker reads to go on delivering the exported scheduled messages.
 
-    The exported run's schedule state has them when its ingest delivered
-    scheduled messages. A lake without that state (its ingest predates
-    deliveries, or an import that did not compute it) gets them from the
-    records of the exported version: the first record of each level
-    without its delivery, so that a broker delivers what the lake did not
-    and nothing twice.
+    ``delay_offsets``: per delay level with a ``SCHEDULE_TOPIC_XXXX`` queue,
+    the queue offset its delivery goes on from (``config/delayOffset.json``).
+    ``timer_queue_offset``: where its timer wheel takes the timer topic's
+    records from (``config/timercheck``), ``None`` without a timer queue;
+    ``timer_redelivered``: timer records already delivered at or after it.
+    """
+
+    delay_offsets: Mapping[int, int]
+    timer_queue_offset: int | None = None
+    timer_redelivered: int = 0
+
+
+def _schedule_files(spark, lake: Lake, settings: Settings, entry) -> ScheduleFiles:
+    """The delivery progress of the exported run, as a broker keeps it.
+
+    Pending means due after the run's schedule state's ``delivered_until``.
+    The delay offsets are in that state when its ingest delivered scheduled
+    messages. A lake without that state (its ingest predates deliveries, or
+    an import that did not compute it) gets them from the records of the
+    exported version: the first record of each level without its delivery,
+    so that a broker delivers what the lake did not and nothing twice. The
+    timer queue offset always comes from the records (the first pending
+    timer's queue offset): a broker's wheel takes that queue in order, so
+    delivered timers stored after the first pending one are delivered again.
     """
     heads = entry.state.commitlog.queue_heads if entry.state.commitlog else {}
     levels = {queue.queue_id + 1 for queue in heads if queue.topic == SCHEDULE_TOPIC}
-    known = entry.state.schedule.delay_offsets if entry.state.schedule else {}
-    if levels <= set(known):
-        return {level: known[level] for level in sorted(levels)}
     schedule = entry.state.schedule
+    known = schedule.delay_offsets if schedule else {}
+    timers = QueueId(TIMER_TOPIC, 0) in heads
+    if levels <= set(known) and not timers:
+        return ScheduleFiles({level: known[level] for level in sorted(levels)})
     clock = schedule.delivered_until if schedule else entry.state.commitlog.physic_msg_timestamp
     progress = schedule_progress(
         read_table(spark, lake, "commitlog"), rules=settings.schedule_rules(), clock=clock, queue_heads=heads
     )
-    log.info("delay offsets from the records of run %d (its state has none): %s", entry.seq,
-             progress.state.delay_offsets)  # fmt: skip
-    return dict(progress.state.delay_offsets)
+    offsets = (
+        {level: known[level] for level in sorted(levels)} if levels <= set(known) else progress.state.delay_offsets
+    )
+    if progress.timer_redelivered:
+        log.warning(
+            "%d timer message(s) delivered in the lake are stored after a pending one: a broker started on the "
+            "export takes the timer queue from the first pending one on and delivers them again",
+            progress.timer_redelivered,
+        )
+    return ScheduleFiles(dict(offsets), progress.timer_queue_offset, progress.timer_redelivered)
 
 
 def _write_metadata(
-    lake: Lake, settings: Settings, entry, out: Path, *, last_message_offset: int, delay_offsets: Mapping[int, int]
+    lake: Lake, settings: Settings, entry, out: Path, *, last_message_offset: int, scheduled: ScheduleFiles
 ) -> None:
     """``checkpoint`` and ``config/``: small, from the ledger state and small tables (driver side).
 
@@ -362,8 +395,12 @@ def _write_metadata(
         S.subscription_groups_json(groups, data_version=entry.seq, timestamp=stamp)
     )
     (config / "delayOffset.json").write_text(
-        S.delay_offsets_json(delay_offsets, data_version=entry.seq, timestamp=stamp)
+        S.delay_offsets_json(scheduled.delay_offsets, data_version=entry.seq, timestamp=stamp)
     )
+    if scheduled.timer_queue_offset is not None:  # without it a broker's wheel takes every timer record again
+        (config / "timercheck").write_bytes(
+            S.timer_checkpoint(scheduled.timer_queue_offset, data_version=entry.seq, timestamp=stamp)
+        )
 
 
 # -- import ------------------------------------------------------------------------------------

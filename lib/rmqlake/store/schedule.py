@@ -38,6 +38,10 @@ class ScheduleProgress:
             so they count as pending and the next ingest delivers them again.
         unreadable: schedule records no broker can deliver (no ``REAL_TOPIC``/``REAL_QID``, a
             ``TIMER_OUT_MS`` that is not a number): neither delivered nor pending.
+        timer_queue_offset: the timer queue's offset a broker must take records into its wheel from:
+            its first pending record's, else its head; ``None`` without a timer queue.
+        timer_redelivered: timer records not pending at or after that offset: a broker started
+            there delivers them once more (its wheel takes the queue in order, from one offset).
     """
 
     state: ScheduleState
@@ -45,6 +49,8 @@ class ScheduleProgress:
     undelivered: int
     redelivered: int
     unreadable: int
+    timer_queue_offset: int | None = None
+    timer_redelivered: int = 0
 
 
 def _origins(records, rules: ScheduleRules):
@@ -134,8 +140,9 @@ def schedule_progress(
         ).first()
         unreadable = origins.where(~readable).count()
         until = _delivered_until(clock, totals["last_delivered_due"], totals["first_undelivered_due"])
+        pending_now = F.col("due") > until if until is not None else F.lit(True)
         pending_rows = (
-            linked.where(F.col("due") > until if until is not None else F.lit(True))
+            linked.where(pending_now)
             .groupBy("level", "real_topic")
             .agg(
                 F.count(F.lit(1)).alias("count"),
@@ -146,6 +153,13 @@ def schedule_progress(
             )
             .collect()
         )  # one row per (level, real topic)
+        timer_head = queue_heads.get(QueueId(TIMER_TOPIC, 0))
+        timer_offset = min((r["first_queue_offset"] for r in pending_rows if r["level"] == 0), default=timer_head)
+        timer_redelivered = 0
+        if timer_offset is not None and timer_offset != timer_head:
+            timer_redelivered = linked.where(
+                (F.col("level") == 0) & ~pending_now & (F.col("queue_offset") >= timer_offset)
+            ).count()
     finally:
         linked.unpersist()
     pending = {PendingKey(r["level"], r["real_topic"]): PendingGroup(r["count"], r["next_due"]) for r in pending_rows}
@@ -171,6 +185,8 @@ def schedule_progress(
         undelivered=totals["undelivered"],
         redelivered=sum(r["redelivered"] for r in pending_rows),
         unreadable=unreadable,
+        timer_queue_offset=timer_offset,
+        timer_redelivered=timer_redelivered,
     )
 
 
