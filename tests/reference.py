@@ -60,6 +60,19 @@ class RefConfig:
     store_host: str = "127.0.0.1:10911"
     born_host: str = "127.0.0.1:49152"
     timezone: str = "UTC"
+    delay_levels: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    timer_precision_ms: int = 1000
+    timer_max_delay_sec: int = 259200
+
+    def delay_ms(self) -> dict[int, int]:
+        unit = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        return {i: int(t[:-1]) * unit[t[-1]] for i, t in enumerate(self.delay_levels.split(), start=1)}
+
+
+SCHEDULE = "SCHEDULE_TOPIC_XXXX"
+TIMER = "rmq_sys_wheel_timer"
+TIMER_NAMES = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+DELIVERY_SOURCE = "(scheduled delivery)"
 
 
 @dataclass
@@ -72,6 +85,8 @@ class RefBroker:
     messages: list = field(default_factory=list)
     rejected: list = field(default_factory=list)
     blanks: list = field(default_factory=list)  # (position, length)
+    clock: int | None = None  # the last run's delivery clock
+    scheduled: list = field(default_factory=list)  # origins not delivered yet, in append order
 
     # -- validation, independent of rmqlake.ingest.lines -------------------------------------
     def _validate(self, raw: bytes, path: str, line: int, file_sha: str) -> dict | None:
@@ -137,17 +152,35 @@ class RefBroker:
                 (born_addr + struct.pack(">HIIH", (hash32 >> 16) & 0xFFFF, hash32, diff, line & 0xFFFF)).hex().upper()
             )
         pairs = [(k, v) for k, v in (doc.get("properties") or {}).items() if k and v]
+        for field_name, name in (("delayLevel", "DELAY"), ("deliverTimeMs", "TIMER_DELIVER_MS")):
+            value = doc.get(field_name)
+            if value is None or (name == "DELAY" and value == 0):
+                continue
+            if not is_int(value) or value < 0 or dict(pairs).get(name, str(value)) != str(value):
+                return None
+            if name not in dict(pairs):
+                pairs.append((name, str(value)))
         pairs += [
             (n, v) for n, v in (("KEYS", keys), ("TAGS", tags), ("UNIQ_KEY", uniq), ("CLUSTER", cfg.cluster)) if v
         ]
-        props = self.oracle.broker_properties(pairs)
+        route = None
+        if TX[tx] in (0, 8) and topic != SCHEDULE:
+            route = self._route(topic, pairs, store_ts)
+            if route == "refused":
+                return None
+            if route is not None:
+                pairs = route["pairs"]
+                route["real_topic"], route["real_qid"] = topic, queue_id
+                topic = route["topic"]
+        props = self.oracle.broker_properties(
+            [(n, "0" if n == "REAL_QID" and v is None else v) for n, v in pairs]  # one digit until the append
+        )
         if len(props) > 32767:
             return None
         sys_flag = TX[tx] | (0x10 if len(born_addr) == 16 else 0) | (0x20 if len(store_addr) == 16 else 0)
         magic = MAGIC_V2 if len(topic) > 127 else MAGIC_V1
         msg = {
             "topic": topic,
-            "queue_id": queue_id,
             "flag": doc.get("flag", 0),
             "sys_flag": sys_flag,
             "magic": magic,
@@ -168,15 +201,82 @@ class RefBroker:
             "uniq_key": uniq,
             "source_file": path,
             "source_line": line,
+            "pairs": pairs,
+            "route": route,
+            "queue_id": route["queue"] if route else queue_id,
         }
         msg["bytes"] = encode(msg, queue_offset=0, physical_offset=0)
         if len(msg["bytes"]) + 8 > cfg.segment_size or len(msg["bytes"]) > cfg.max_message_size + 65536:
             return None
         return msg
 
+    def _route(self, topic: str, pairs: list, now: int):
+        """HookUtils.handleScheduleMessage, written out again: None (stored as sent), "refused" or the routing."""
+        cfg = self.config
+        named = dict(pairs)
+        level = 0
+        if "DELAY" in named:
+            if not re.fullmatch(r"[+-]?[0-9]+", named["DELAY"]) or not -(2**31) <= int(named["DELAY"]) < 2**31:
+                return "refused"
+            level = int(named["DELAY"])
+        if level > 0:
+            pairs = [(n, v) for n, v in pairs if n not in TIMER_NAMES]
+            levels = cfg.delay_ms()
+            if level > max(levels):
+                level = max(levels)
+                pairs = [(n, str(level) if n == "DELAY" else v) for n, v in pairs]
+            pairs = [*pairs, ("REAL_TOPIC", topic), ("REAL_QID", None)]
+            return {"topic": SCHEDULE, "queue": level - 1, "pairs": pairs, "level": level,
+                    "due": now + levels[level]}  # fmt: skip
+        if topic == TIMER or "TIMER_OUT_MS" in named or not any(n in named for n in TIMER_NAMES):
+            return None
+        for name in ("TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_DELIVER_MS"):
+            if name in named:
+                if not re.fullmatch(r"[+-]?[0-9]+", named[name]):
+                    return "refused"
+                value = int(named[name])
+                deliver = {"TIMER_DELAY_SEC": now + value * 1000, "TIMER_DELAY_MS": now + value}.get(name, value)
+                break
+        if deliver <= now:
+            return None
+        if deliver - now > cfg.timer_max_delay_sec * 1000:
+            return "refused"
+        precision = cfg.timer_precision_ms
+        out = deliver - precision if deliver % precision == 0 else deliver // precision * precision
+        pairs = [*pairs, ("TIMER_OUT_MS", str(out)), ("REAL_TOPIC", topic), ("REAL_QID", None)]
+        return {"topic": TIMER, "queue": 0, "pairs": pairs, "level": 0, "due": out + precision}
+
+    def _delivery(self, origin: dict, *, earlier: bool) -> dict:
+        """ScheduleMessageService.messageTimeUp / TimerMessageStore.convert of an origin whose REAL_QID is set."""
+        route = origin["route"]
+        pairs = origin["pairs"]
+        if origin["topic"] == TIMER:
+            precision = self.config.timer_precision_ms
+            enqueue = origin["store_timestamp"] // precision * precision
+            props = self.oracle.broker_properties(
+                [*origin["stored_pairs"], ("TIMER_ENQUEUE_MS", str(enqueue)), ("TIMER_DEQUEUE_MS", str(route["due"]))]
+            )
+        else:
+            props = origin["properties_bytes"]
+        msg = dict(origin)
+        msg.update(
+            topic=route["real_topic"],
+            queue_id=int(dict(pairs)["REAL_QID"]),
+            store_timestamp=route["due"],
+            properties_bytes=props,
+            magic=MAGIC_V2 if len(route["real_topic"]) > 127 else MAGIC_V1,
+            route=None,
+            source_file=DELIVERY_SOURCE if earlier else origin["source_file"],
+            source_line=origin["physical_offset"] if earlier else origin["source_line"],
+        )
+        msg["bytes"] = encode(msg, queue_offset=0, physical_offset=0)
+        return msg
+
     # -- the append loop -----------------------------------------------------------------------
-    def ingest_files(self, paths: list[str]) -> None:
-        """Read, validate, order and append one batch of files, as one ingest run."""
+    def ingest_files(self, paths: list[str], *, now: int | None = None) -> None:
+        """Read, validate, order and append one batch of files, as one ingest run: the messages in append order
+        and, among them, the deliveries due by the run's clock (the latest of the last one's, the last message's
+        store time and ``now``)."""
         batch = []
         for path in sorted(paths):
             with open(path, "rb") as handle:
@@ -194,11 +294,39 @@ class RefBroker:
                 else:
                     batch.append(msg)
         batch.sort(key=lambda m: (m["store_timestamp"], m["source_file"], m["source_line"]))
-        for msg in batch:
-            self._append(msg)
+        clocks = [t for t in (self.clock, batch[-1]["store_timestamp"] if batch else None, now) if t is not None]
+        clock = max(clocks) if clocks else None
+        earlier = [(o["route"]["due"], 1, -(1 << 63), "", o["physical_offset"], o, True) for o in self.scheduled]
+        events = [(m["store_timestamp"], 0, m["store_timestamp"], m["source_file"], m["source_line"], m, False)
+                  for m in batch]  # fmt: skip
+        events += [e for e in earlier if clock is not None and e[0] <= clock]
+        events += [(m["route"]["due"], 1, m["store_timestamp"], m["source_file"], m["source_line"], m, None)
+                   for m in batch if m["route"] and clock is not None and m["route"]["due"] <= clock]  # fmt: skip
+        events.sort(key=lambda e: e[:5])
+        delivered = set()
+        for *_, msg, earlier_origin in events:
+            if earlier_origin is False:
+                self._append(msg)
+                if msg["route"]:
+                    self.scheduled.append(msg)
+            else:
+                self._append(self._delivery(msg, earlier=earlier_origin))
+                delivered.add(id(msg))
+        self.scheduled = [m for m in self.scheduled if id(m) not in delivered]
+        self.clock = clock
 
     def _append(self, msg: dict) -> None:
         cfg = self.config
+        route = msg.get("route")
+        if route and route["real_qid"] is None:  # sent without a queue: the real topic's turn is its REAL_QID
+            n = self.rr.get(route["real_topic"], 0)
+            self.rr[route["real_topic"]] = n + 1
+            route["real_qid"] = n % cfg.queue_counts.get(route["real_topic"], cfg.default_queues)
+        if route:
+            msg["pairs"] = [(k, str(route["real_qid"]) if k == "REAL_QID" else v) for k, v in msg["pairs"]]
+            msg["stored_pairs"] = _pairs_of(self.oracle.broker_properties(msg["pairs"]))
+            msg["properties_bytes"] = self.oracle.broker_properties(msg["pairs"])
+            msg["bytes"] = encode(msg, queue_offset=0, physical_offset=0)
         if msg["queue_id"] is None:
             n = self.rr.get(msg["topic"], 0)
             self.rr[msg["topic"]] = n + 1
@@ -276,6 +404,11 @@ class RefBroker:
                 }
             )
         return rows
+
+
+def _pairs_of(props: bytes) -> list[tuple[str, str]]:
+    text = props.decode()
+    return [tuple(entry.split("\x01", 1)) for entry in text.split("\x02") if entry]
 
 
 def encode(m: dict, *, queue_offset: int, physical_offset: int) -> bytes:

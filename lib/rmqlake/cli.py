@@ -485,8 +485,9 @@ def add_ingest_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-id", help="name of the batch (default: derived from the input files' hashes)")
     parser.add_argument(
         "--now",
-        help="time of the run for rejected_at / ingested_at (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS; "
-        "default: now)",
+        help="time of the run (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS; default: now): rejected_at and "
+        "ingested_at, and, when given, the delivery clock of delay-level and timer messages (deliveries due by "
+        "it, or by the batch's last store time if later, are appended)",
     )
     parser.add_argument("--fail-on-reject", action="store_true", help="exit 1 when any line was rejected")
 
@@ -612,7 +613,8 @@ def cmd_ingest(args, settings) -> int:
     from rmqlake.steps.ingest import ingest
 
     spark = _spark(settings, args, "ingest")
-    metrics = ingest(spark, settings, input_path=args.input, batch_id=args.batch_id, now=_now(args.now))
+    now = _now(args.now) if args.now else None  # the wall clock is not a delivery clock: only a given time is
+    metrics = ingest(spark, settings, input_path=args.input, batch_id=args.batch_id, now=now)
     _emit(args, metrics)
     return 1 if args.fail_on_reject and metrics.get("rejected") else 0
 

@@ -17,8 +17,8 @@ def stats(*rows):
 def test_plan_gives_each_partition_its_prefix_and_replays_only_crossing_partitions():
     replayed = []
 
-    def replay(partition, start):
-        replayed.append((partition, start))
+    def replay(partition, start, origin_counters):
+        replayed.append((partition, start.physical_offset))
         return 1000 + 50  # partition 1 crossed into the second segment
 
     plan = plan_append(
@@ -185,7 +185,8 @@ def test_vectorised_queue_assignment_equals_the_broker_one_message_at_a_time():
         queues = [None if rng.random() < 0.5 else rng.randrange(queue_counts[t]) for t in topics]
         flags = [rng.choice([0, 4, 8, 12, 0x10 | 8]) for _ in range(count)]
         batch = _batch(topics, queues, flags, [100] * count)
-        _, _, _, got_queues, got_offsets = assigner.assign(batch)
+        assigned = assigner.assign(batch)
+        got_queues, got_offsets = assigned.queues, assigned.offsets
         for i, (topic, queue, flag) in enumerate(zip(topics, queues, flags, strict=True)):
             if queue is None:
                 turn = rr.get(topic, 0)

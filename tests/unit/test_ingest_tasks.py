@@ -80,7 +80,11 @@ def parsed(tmp_path, monkeypatch):
 
 def test_a_split_writes_its_messages_narrow_rows_and_rejected_lines(parsed):
     target, _, counts = parsed
-    assert counts == [{"split": 0, "lines": 120, "rejected": 4}, {"split": 1, "lines": 90, "rejected": 2}]
+    assert [{k: row[k] for k in ("split", "lines", "rejected")} for row in counts] == [
+        {"split": 0, "lines": 120, "rejected": 4},
+        {"split": 1, "lines": 90, "rejected": 2},
+    ]
+    assert [row["last_store_timestamp"] for row in counts] == [1_000 + 2 * 119, 1_001 + 2 * 89]
     storage = target.storage()
     listed = [entry.path for entry in storage.list_files(target.scratch_dir)]
     assert listed == [
@@ -186,6 +190,7 @@ def test_ranges_gather_every_narrow_row_once_in_append_order(tmp_path, monkeypat
                 target=target,
                 queue_counts=OPTIONS.queue_counts,
                 default_queue_count=None,
+                clock=0,
             )
         )
         for partition in range(partitions)
@@ -215,7 +220,13 @@ def test_a_truncated_gzip_input_keeps_its_lines_and_rejects_where_it_breaks(tmp_
     storage = target.storage()
     kept = pa.ipc.open_file(storage.open_mapped(target.scratch_file(0))).read_all().column("source_line").to_pylist()
     assert 0 < len(kept) < 3000 and kept == list(range(1, len(kept) + 1))
-    assert counts == {"split": 0, "lines": len(kept) + 1, "rejected": 1}  # lines in = messages + rejected
+    assert counts == {
+        "split": 0,
+        "lines": len(kept) + 1,
+        "rejected": 1,
+        "last_store_timestamp": 1_000 + len(kept) - 1,
+        "origins": 0,
+    }
     rejected = pq.read_table(storage.file_path(f"{target.rejected_dir}/part-000000-r1.parquet")).to_pylist()
     assert [(r["source_file"], r["source_line"]) for r in rejected] == [(str(path), len(kept) + 1)]
     assert rejected[0]["reason"].startswith(

@@ -53,7 +53,7 @@ def test_the_parsed_message_is_the_commitlog_declaration():
     for name, arrow_type in MESSAGE_TYPES.items():
         if name in COMMITLOG.columns:
             assert COMMITLOG.arrow_schema.field(name).type == arrow_type, name
-    assert set(MESSAGE_TYPES) - set(COMMITLOG.columns) == {"store_host_prefix"}
+    assert set(MESSAGE_TYPES) - set(COMMITLOG.columns) == {"store_host_prefix", "real_queue_round_robin"}
 
 
 def test_record_types_build_rows_by_name_and_position():

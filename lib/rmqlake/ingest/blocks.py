@@ -35,6 +35,7 @@ from rmqlake.formats.javahash import java_string_hashes
 from rmqlake.formats.msgid import month_start_millis
 from rmqlake.formats.properties import (
     CLUSTER,
+    DELAY,
     KEY_SEPARATOR,
     KEYS,
     MAX_PROPERTIES_LENGTH,
@@ -44,6 +45,7 @@ from rmqlake.formats.properties import (
     UNIQ_KEY,
 )
 from rmqlake.formats.record import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, TRANSACTION_TYPES
+from rmqlake.formats.schedule import TIMER_PROPERTIES
 from rmqlake.ingest.lines import JAVA_INT_MAX, JAVA_INT_MIN, LineParser
 from rmqlake.ingest.message import DECODE_REFUSED, LINE_DECODER, MESSAGE_TYPES, LineFields
 
@@ -94,6 +96,9 @@ def parse_block(parser: LineParser, lines: list[bytes], *, first_line: int, file
         return BlockColumns(np.zeros(0, np.int64), {}, np.arange(count))
 
 
+_SCHEDULING = frozenset((DELAY, *TIMER_PROPERTIES))
+
+
 class _Block:
     """One block's columns while the rules run; ``slow`` marks the lines left to the per-line parser."""
 
@@ -118,6 +123,9 @@ class _Block:
 
     def decide(self) -> BlockColumns:
         out: dict[str, pa.Array] = {}
+        # a delay level or timer: the per-line parser applies the broker's re-routing
+        self.mark(np.array([f.delay_level is not None or f.deliver_time_ms is not None for f in self.fields], bool))
+        out["real_queue_round_robin"] = pa.nulls(self.count, pa.bool_())
         topic_info = self._topics(out)
         body_length = self._bodies(out)
         keys, has_keys = self._keys(out, topic_info)
@@ -399,8 +407,10 @@ class _Block:
                 continue
             rows = positions.tolist()
             take = pa.array(positions)
-            if any(not name or NAME_VALUE_SEPARATOR in name or PROPERTY_SEPARATOR in name for name in names):
-                self.slow[positions] = True
+            if any(not name or NAME_VALUE_SEPARATOR in name or PROPERTY_SEPARATOR in name for name in names) or (
+                not _SCHEDULING.isdisjoint(names)
+            ):
+                self.slow[positions] = True  # refused, or re-routed by the per-line parser
                 continue
             values: dict[str, pa.Array] = {}
             for name in names:

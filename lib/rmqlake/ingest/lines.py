@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import msgspec
@@ -22,6 +22,7 @@ from rmqlake.formats.json_text import JsonTextError, loads_strict
 from rmqlake.formats.msgid import month_start_millis, offset_msg_id_prefix, uniq_key_prefix, uniq_key_tail
 from rmqlake.formats.properties import (
     CLUSTER,
+    DELAY,
     KEY_SEPARATOR,
     KEYS,
     MAX_PROPERTIES_LENGTH,
@@ -31,6 +32,7 @@ from rmqlake.formats.properties import (
     UNIQ_KEY,
     hashmap_order,
     properties_template,
+    serialize_properties,
 )
 from rmqlake.formats.record import (
     BORNHOST_V6_FLAG,
@@ -41,8 +43,19 @@ from rmqlake.formats.record import (
     magic_for_topic,
     record_size,
 )
+from rmqlake.formats.schedule import (
+    SCHEDULE_TOPIC,
+    TIMER_DELIVER_MS,
+    TIMER_PROPERTIES,
+    ScheduleRefused,
+    ScheduleRules,
+    route,
+)
 from rmqlake.formats.topic import topic_error
 from rmqlake.ingest.message import DECODE_REFUSED, LINE_DECODER, LineFields, ParsedMessage
+
+# A re-routed message sent without a queue carries this REAL_QID until the append chooses its queue.
+REAL_QID_PLACEHOLDER = "0"
 
 JAVA_INT_MIN, JAVA_INT_MAX = -(2**31), 2**31 - 1
 JAVA_LONG_MAX = 2**63 - 1
@@ -61,6 +74,7 @@ class ParseOptions:
     default_store_host: str
     default_born_host: str
     timezone: str
+    schedule: ScheduleRules = field(default_factory=ScheduleRules)
 
 
 class Rejection(ValueError):
@@ -264,6 +278,7 @@ class LineParser:
 
         # The broker's HashMap: a repeated name keeps its first position and takes the last value.
         merged = _user_properties(line.properties)
+        _scheduling_properties(merged, line)
         if keys:
             merged[KEYS] = keys
         if tags:
@@ -271,11 +286,30 @@ class LineParser:
         merged[UNIQ_KEY] = uniq
         if options.cluster_name:
             merged[CLUSTER] = options.cluster_name
-        names = tuple(merged)
-        order, template = self.layout(names)
-        values = [merged[name] for name in order]
-        properties = list(zip(order, values, strict=True))
-        properties_bytes = template.format(*values).encode("utf-8")
+        real_queue_round_robin = None
+        if topic != SCHEDULE_TOPIC and (DELAY in merged or not merged.keys().isdisjoint(TIMER_PROPERTIES)):
+            try:
+                routed = route(
+                    topic,
+                    queue_id if queue_id is not None else int(REAL_QID_PLACEHOLDER),
+                    list(merged.items()),
+                    sys_flag=sys_flag,
+                    now_ms=store_ts,
+                    rules=options.schedule,
+                )
+            except ScheduleRefused as refused:
+                raise Rejection(f"the broker refuses this send: {refused}") from None
+            if routed.kind != "plain":
+                real_queue_round_robin = queue_id is None
+                topic, queue_id, info = routed.topic, routed.queue_id, self.topic(routed.topic)
+            properties = routed.properties
+            properties_bytes = serialize_properties(properties)
+        else:
+            names = tuple(merged)
+            order, template = self.layout(names)
+            values = [merged[name] for name in order]
+            properties = list(zip(order, values, strict=True))
+            properties_bytes = template.format(*values).encode("utf-8")
         if len(properties_bytes) > MAX_PROPERTIES_LENGTH:
             raise Rejection(f"properties of {len(properties_bytes)} bytes exceed the maximum {MAX_PROPERTIES_LENGTH}")
 
@@ -308,6 +342,7 @@ class LineParser:
             tags,
             uniq,
             size,
+            real_queue_round_robin,
         )
 
     # -- values worked out once (also used by the block route) --------------------------------
@@ -422,6 +457,26 @@ def _plain_string(raw: msgspec.Raw) -> bytes | None:
     return text
 
 
+def _scheduling_properties(merged: dict[str, str], line: LineFields) -> None:
+    """The client's ``setDelayTimeLevel`` / ``setDeliverTimeMs``: fields ``delayLevel`` / ``deliverTimeMs`` become
+    properties ``DELAY`` / ``TIMER_DELIVER_MS`` (a property of the same name given too must agree)."""
+    for field_name, name, value, low in (
+        ("delayLevel", DELAY, line.delay_level, 0),
+        ("deliverTimeMs", TIMER_DELIVER_MS, line.deliver_time_ms, 0),
+    ):
+        if value is None:
+            continue
+        high = JAVA_INT_MAX if name == DELAY else JAVA_LONG_MAX
+        if not low <= value <= high:
+            _reject_range(field_name, value, low, high)
+        if name == DELAY and value == 0:
+            continue  # level 0: not delayed, as the client sends it
+        given = merged.get(name)
+        if given is not None and given != str(value):
+            raise Rejection(f"field '{field_name}' = {value} and property {name} = {given!r} disagree")
+        merged[name] = str(value)
+
+
 def _check_property_text(what: str, text: str) -> None:
     if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
         raise Rejection(f"{what} contains a property separator byte (0x01 or 0x02), which the broker cannot store")
@@ -478,6 +533,8 @@ def _fields_from_json(raw: bytes | str) -> LineFields:
         queue_id=_int_field(doc, "queueId"),
         uniq_key=_str_field(doc, "uniqKey"),
         properties=_properties_field(doc),
+        delay_level=_int_field(doc, "delayLevel"),
+        deliver_time_ms=_int_field(doc, "deliverTimeMs"),
     )
 
 

@@ -18,6 +18,11 @@ from rmqlake.lake.tables import COMMITLOG, Column
 STORE_HOST_PREFIX = Column(
     "store_host_prefix", "string", "the offsetMsgId's first half: store host address and port, upper-case hex"
 )
+REAL_QUEUE_ROUND_ROBIN = Column(
+    "real_queue_round_robin",
+    "boolean",
+    "a re-routed message sent without a queue: its REAL_QID is the round-robin turn of its real topic at append",
+)
 PARSED_MESSAGE = COMMITLOG.schema.select(
     [
         "topic",
@@ -40,6 +45,7 @@ PARSED_MESSAGE = COMMITLOG.schema.select(
         "tags",
         "uniq_key",
         "total_size",
+        REAL_QUEUE_ROUND_ROBIN,
     ]
 )
 ParsedMessage = PARSED_MESSAGE.record_type(
@@ -83,6 +89,8 @@ class LineFields(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     reconsume_times: int | None = None
     prepared_transaction_offset: int | None = None
     transaction: str | None = None
+    delay_level: int | None = None
+    deliver_time_ms: int | None = None
 
 
 LINE_DECODER = msgspec.json.Decoder(LineFields)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -16,12 +17,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rmqlake.formats.msgid import offset_msg_ids_with_prefix
+from rmqlake.formats.properties import serialize_properties
 from rmqlake.formats.record import consumes_queue_offsets
+from rmqlake.formats.schedule import REAL_QID
 from rmqlake.formats.segment import next_segment_start, place_records, segment_start
+from rmqlake.ingest.lines import REAL_QID_PLACEHOLDER
 from rmqlake.lake.tables import COMMITLOG, columns
 
-# file_rank: the input file's position in path order, so ordering by it orders by path.
-APPEND_ORDER = ("store_timestamp", "file_rank", "source_line")
+# file_rank: the input file's position in path order, so ordering by it orders by path. A delivery row (kind 1)
+# goes after the messages stored at its due time, and deliveries due together go in their origins' append order
+# (origin_timestamp, file_rank, source_line: the origin's; an origin of an earlier run sorts first, by offset).
+APPEND_ORDER = ("store_timestamp", "kind", "origin_timestamp", "file_rank", "source_line")
+MESSAGE_ROW, DELIVERY_ROW = 0, 1
 
 
 def append_order_bounds(footers: Iterable[pq.FileMetaData], partitions: int) -> list[int]:
@@ -59,9 +66,9 @@ def append_order_bounds(footers: Iterable[pq.FileMetaData], partitions: int) -> 
 # One count of a partition (``stats_of_partition``): the frame the ordering tasks return to the driver.
 STATS = columns(
     ("partition", "int", "the append-order partition counted"),
-    ("kind", "string", "messages, bytes, rr_total, rr_consuming, queue, topic_messages or topic_bytes"),
+    ("kind", "string", "the count: see stats_of_partition"),
     ("topic", "string", "the topic counted, for the per-topic and per-queue kinds"),
-    ("queue_id", "int", "the queue counted, for the queue kind"),
+    ("queue_id", "int", "the queue counted, for the queue kind; the origin partition for rr_delivery"),
     ("bucket", "int", "a round-robin message's local ordinal modulo the topic's queue count (rr_consuming)"),
     ("value", "bigint", "the count"),
 )
@@ -75,13 +82,30 @@ def _queue_count(topic: str, queue_counts: Mapping[str, int], default: int | Non
     return count
 
 
+class Assigned(NamedTuple):
+    """What ``QueueAssigner.assign`` decided for a batch, row by row."""
+
+    names: list[str]  # the batch's topics
+    codes: np.ndarray  # each row's topic, an index into names
+    plain_round_robin: np.ndarray  # rows whose own queue was chosen round robin
+    queues: np.ndarray  # each row's queue (-1: a delivery whose origin's turn is not known here)
+    offsets: np.ndarray  # each row's queue offset (0 where none is consumed)
+    real_queues: np.ndarray  # REAL_QID chosen at append time (re-routed rows sent without a queue, and their
+    # deliveries); -1 elsewhere
+
+
 class QueueAssigner:
     """The broker's queue choice and queue offsets for messages in append order, batch after batch.
 
     A message without a queue takes the next round-robin turn of its topic
     (ordinal modulo the topic's queue count); a NOT_TYPE or COMMIT message
-    takes the next offset of its queue. Vectorised: per batch, a message's
-    turn (or offset) is the counter before the batch plus its rank among the
+    takes the next offset of its queue. A re-routed message sent without a
+    queue takes a turn of its real topic (``rr_topic``) for its REAL_QID and
+    is stored on its schedule queue; its delivery goes to the queue that turn
+    chose (``origin_partition``/``origin_turn``: the turn's ordinal in the
+    origin's partition, resolved with ``origin_counters``, each partition's
+    starting round-robin counters). Vectorised: per batch, a message's turn
+    (or offset) is the counter before the batch plus its rank among the
     batch's messages of the same topic (or queue), so Python runs per topic
     and queue, not per message.
     """
@@ -93,45 +117,83 @@ class QueueAssigner:
         *,
         queue_counts,
         default_queue_count,
+        origin_counters: Mapping[int, Mapping[str, int]] | None = None,
     ):
         self.rr = dict(rr_counters)
         self.heads = dict(queue_offsets)
         self.queue_counts = queue_counts
         self.default_queue_count = default_queue_count
+        self.origin_counters = origin_counters
 
-    def assign(self, batch: pa.RecordBatch) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(topic names, topic code per row, round-robin mask, queue ids, queue offsets; 0 if none consumed)."""
+    def count(self, topic: str) -> int:
+        return _queue_count(topic, self.queue_counts, self.default_queue_count)
+
+    def assign(self, batch: pa.RecordBatch) -> Assigned:
         encoded = pc.dictionary_encode(batch.column("topic"))
         names = encoded.dictionary.to_pylist()
         codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        count = batch.num_rows
         given = batch.column("queue_id")
-        round_robin = given.is_null().to_numpy(zero_copy_only=False)
-        queues = given.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        if round_robin.any():
-            rows = np.flatnonzero(round_robin)
-            topic_codes = codes[rows]
-            turns = np.array([self.rr.get(name, 0) for name in names], dtype=np.int64)
-            counts = np.ones(len(names), dtype=np.int64)
-            for code in np.unique(topic_codes).tolist():
-                counts[code] = _queue_count(names[code], self.queue_counts, self.default_queue_count)
-            queues[rows] = (turns[topic_codes] + _ranks_within(topic_codes)) % counts[topic_codes]
-            for code, taken in enumerate(np.bincount(topic_codes, minlength=len(names)).tolist()):
+        no_queue = given.is_null().to_numpy(zero_copy_only=False)
+        queues = given.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        turn_topics = _column(batch, "rr_topic")
+        if turn_topics is None:  # rows of a batch without re-routed messages: a row without a queue takes a turn
+            turn_topics = pc.if_else(given.is_null(), batch.column("topic"), pa.scalar(None, pa.string()))
+        takes_turn = turn_topics.is_valid().to_numpy(zero_copy_only=False)
+        chosen = np.full(count, -1, dtype=np.int64)
+        if takes_turn.any():
+            rows = np.flatnonzero(takes_turn)
+            turn_encoded = pc.dictionary_encode(turn_topics.take(pa.array(rows)))
+            turn_names = turn_encoded.dictionary.to_pylist()
+            turn_codes = turn_encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            turns = np.array([self.rr.get(name, 0) for name in turn_names], dtype=np.int64)
+            counts = np.array([self.count(name) for name in turn_names], dtype=np.int64)
+            chosen[rows] = (turns[turn_codes] + ranks_within(turn_codes)) % counts[turn_codes]
+            for code, taken in enumerate(np.bincount(turn_codes, minlength=len(turn_names)).tolist()):
                 if taken:
-                    self.rr[names[code]] = int(turns[code]) + taken
-        offsets = np.zeros(batch.num_rows, dtype=np.int64)
-        consuming = np.flatnonzero(consumes_queue_offsets(batch.column("sys_flag").to_numpy(zero_copy_only=False)))
+                    self.rr[turn_names[code]] = int(turns[code]) + taken
+        plain = takes_turn & no_queue
+        queues[plain] = chosen[plain]
+        real_queues = np.where(takes_turn & ~no_queue, chosen, -1)
+        origin_turns = _column(batch, "origin_turn")
+        if origin_turns is not None and origin_turns.null_count < count:
+            waiting = np.flatnonzero(origin_turns.is_valid().to_numpy(zero_copy_only=False))
+            if self.origin_counters is not None:
+                partitions = batch.column("origin_partition").to_numpy(zero_copy_only=False)
+                ordinals = origin_turns.to_numpy(zero_copy_only=False)
+                for row in waiting.tolist():
+                    topic = names[codes[row]]
+                    before = self.origin_counters[int(partitions[row])].get(topic, 0)
+                    queues[row] = (before + int(ordinals[row])) % self.count(topic)
+                real_queues[waiting] = queues[waiting]
+        offsets = np.zeros(count, dtype=np.int64)
+        consumes = consumes_queue_offsets(batch.column("sys_flag").to_numpy(zero_copy_only=False)) & (queues >= 0)
+        consuming = np.flatnonzero(consumes)
         if len(consuming):
             keys = (codes[consuming] << 32) | queues[consuming]  # queue ids are 0..count-1 here
             distinct, inverse = np.unique(keys, return_inverse=True)
             queue_keys = [(names[key >> 32], key & 0xFFFFFFFF) for key in distinct.tolist()]
             heads = np.array([self.heads.get(key, 0) for key in queue_keys], dtype=np.int64)
-            offsets[consuming] = heads[inverse] + _ranks_within(keys)
+            offsets[consuming] = heads[inverse] + ranks_within(keys)
             for key, head, taken in zip(queue_keys, heads.tolist(), np.bincount(inverse).tolist(), strict=True):
                 self.heads[key] = head + taken
-        return names, codes, round_robin, queues, offsets
+        return Assigned(names, codes, plain, queues, offsets, real_queues)
 
 
-def _ranks_within(keys: np.ndarray) -> np.ndarray:
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
+    index = batch.schema.get_field_index(name)
+    return None if index < 0 else batch.column(index)
+
+
+def real_qid_growth(real_queues: np.ndarray) -> np.ndarray:
+    """Bytes a record grows by when its placeholder REAL_QID becomes the chosen queue (0 where none is chosen)."""
+    digits = np.ones(len(real_queues), dtype=np.int64)
+    for power in (10, 100, 1000, 10000):
+        digits += real_queues >= power
+    return np.where(real_queues >= 0, digits - len(REAL_QID_PLACEHOLDER), 0)
+
+
+def ranks_within(keys: np.ndarray) -> np.ndarray:
     """Each element's 0-based rank among the elements with the same key, in array order."""
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]
@@ -151,21 +213,28 @@ def stats_of_partition(
 ) -> pa.RecordBatch:
     """Counts of one partition (see module docstring, step 2).
 
-    Kinds: ``messages``/``bytes`` (partition totals), ``rr_total`` (round-robin
-    messages per topic), ``rr_consuming`` (offset-consuming round-robin
-    messages per topic by their local ordinal modulo the queue count) and
-    ``queue`` (offset-consuming messages with a known queue).
+    Kinds: ``messages``/``bytes`` (partition totals, bytes before any REAL_QID
+    is chosen), ``rr_total`` (round-robin turns per topic), ``rr_consuming``
+    (offset-consuming round-robin messages per topic by their local ordinal
+    modulo the queue count), ``queue`` (offset-consuming messages with a known
+    queue), ``rr_reroute`` (re-routed messages taking a turn of their real
+    topic, by local ordinal modulo its queue count: their REAL_QID's length)
+    and ``rr_delivery`` (deliveries of such messages, per topic, origin
+    partition (``queue_id``) and origin turn modulo the queue count).
     """
     messages = total_bytes = 0
     per_topic: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     rr_consuming: dict[tuple[str, int], int] = defaultdict(int)
     per_queue: dict[tuple[str, int], int] = defaultdict(int)
+    rr_reroute: dict[tuple[str, int], int] = defaultdict(int)
+    rr_delivery: dict[tuple[str, int, int], int] = defaultdict(int)
     # Counters from zero: a round-robin message's queue is then its local ordinal modulo the queue count.
     local = QueueAssigner({}, {}, queue_counts=queue_counts, default_queue_count=default_queue_count)
     for batch in batches:
         if not batch.num_rows:
             continue
-        names, codes, round_robin, queues, _ = local.assign(batch)
+        assigned = local.assign(batch)
+        names, codes, round_robin, queues = assigned.names, assigned.codes, assigned.plain_round_robin, assigned.queues
         sizes = batch.column("total_size").to_numpy(zero_copy_only=False).astype(np.int64)
         messages += batch.num_rows
         total_bytes += int(sizes.sum())
@@ -175,16 +244,32 @@ def stats_of_partition(
             per_topic[name][0] += counts[code]
             per_topic[name][1] += int(weights[code])
         consuming = consumes_queue_offsets(batch.column("sys_flag").to_numpy(zero_copy_only=False))
-        for mask, target in ((round_robin & consuming, rr_consuming), (~round_robin & consuming, per_queue)):
+        known = queues >= 0
+        for mask, target in ((round_robin & consuming, rr_consuming), (~round_robin & consuming & known, per_queue)):
             if mask.any():
                 keys, taken = np.unique((codes[mask] << 32) | queues[mask], return_counts=True)
                 for key, count in zip(keys.tolist(), taken.tolist(), strict=True):
                     target[(names[key >> 32], key & 0xFFFFFFFF)] += count
+        rerouted = np.flatnonzero(assigned.real_queues >= 0)
+        if len(rerouted):
+            turn_topics = batch.column("rr_topic").take(pa.array(rerouted)).to_pylist()
+            for topic, bucket in zip(turn_topics, assigned.real_queues[rerouted].tolist(), strict=True):
+                rr_reroute[(topic, bucket)] += 1
+        origin_turns = _column(batch, "origin_turn")
+        if origin_turns is not None and origin_turns.null_count < batch.num_rows:
+            waiting = np.flatnonzero(origin_turns.is_valid().to_numpy(zero_copy_only=False))
+            partitions = batch.column("origin_partition").to_numpy(zero_copy_only=False)
+            ordinals = origin_turns.to_numpy(zero_copy_only=False)
+            for row in waiting.tolist():
+                topic = names[codes[row]]
+                rr_delivery[(topic, int(partitions[row]), int(ordinals[row]) % local.count(topic))] += 1
     rr_total = {topic: turns for topic, turns in local.rr.items() if turns}  # counted from zero in this partition
     rows = [(partition, "messages", None, None, None, messages), (partition, "bytes", None, None, None, total_bytes)]
     rows += [(partition, "rr_total", t, None, None, n) for t, n in rr_total.items()]
     rows += [(partition, "rr_consuming", t, None, b, n) for (t, b), n in rr_consuming.items()]
     rows += [(partition, "queue", t, q, None, n) for (t, q), n in per_queue.items()]
+    rows += [(partition, "rr_reroute", t, None, b, n) for (t, b), n in rr_reroute.items()]
+    rows += [(partition, "rr_delivery", t, p, b, n) for (t, p, b), n in rr_delivery.items()]
     rows += [(partition, "topic_messages", t, None, None, c) for t, (c, _) in per_topic.items()]
     rows += [(partition, "topic_bytes", t, None, None, b) for t, (_, b) in per_topic.items()]
     return pa.RecordBatch.from_arrays(
@@ -232,7 +317,7 @@ def plan_append(
     queue_counts: Mapping[str, int],
     default_queue_count: int | None,
     segment_size: int,
-    replay: Callable[[int, int], int],
+    replay: Callable[[int, PartitionStart, Mapping[int, Mapping[str, int]]], int],
 ) -> AppendPlan:
     """Turn per-partition counts into per-partition starting values (driver side, no message rows).
 
@@ -242,14 +327,17 @@ def plan_append(
         start_offset: commitlog write position before the batch.
         queue_heads: next queue offset per (topic, queue) before the batch.
         rr_counters: round-robin messages per topic before the batch.
-        replay: ``replay(partition, start_offset) -> end_offset`` for a
-            partition that crosses a segment end (runs on that partition only).
+        replay: ``replay(partition, start, origin_counters) -> end_offset`` for a
+            partition that crosses a segment end (runs on that partition only;
+            ``origin_counters``: the round-robin counters each partition so far starts with).
     """
     messages = defaultdict(int)
     sizes = defaultdict(int)
     rr_total: dict[int, dict[str, int]] = defaultdict(dict)
     rr_consuming: dict[int, dict[str, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
     per_queue: dict[int, dict[tuple[str, int], int]] = defaultdict(dict)
+    rr_reroute: dict[int, dict[tuple[str, int], int]] = defaultdict(dict)
+    rr_delivery: dict[int, dict[tuple[str, int, int], int]] = defaultdict(dict)
     topic_totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for row in stats_rows:
         if row.kind == "messages":
@@ -262,6 +350,10 @@ def plan_append(
             rr_consuming[row.partition][row.topic][row.bucket] = row.value
         elif row.kind == "queue":
             per_queue[row.partition][(row.topic, row.queue_id)] = row.value
+        elif row.kind == "rr_reroute":
+            rr_reroute[row.partition][(row.topic, row.bucket)] = row.value
+        elif row.kind == "rr_delivery":
+            rr_delivery[row.partition][(row.topic, row.queue_id, row.bucket)] = row.value
         elif row.kind == "topic_messages":
             topic_totals[row.topic][0] += row.value
         elif row.kind == "topic_bytes":
@@ -270,9 +362,20 @@ def plan_append(
     counters = dict(rr_counters)
     position = start_offset
     starts: dict[int, PartitionStart] = {}
+    origin_counters: dict[int, dict[str, int]] = {}
     replayed = 0
     for partition in range(partitions):
         starts[partition] = PartitionStart(position, dict(counters), dict(heads))
+        origin_counters[partition] = starts[partition].rr_counters
+        growth = 0  # the REAL_QIDs chosen in this partition: the byte count assumed one digit each
+        for (topic, bucket), count in rr_reroute[partition].items():
+            queue = (counters.get(topic, 0) + bucket) % _queue_count(topic, queue_counts, default_queue_count)
+            growth += count * int(real_qid_growth(np.array([queue]))[0])
+        for (topic, origin, bucket), count in rr_delivery[partition].items():
+            before = origin_counters[origin].get(topic, 0)
+            queue = (before + bucket) % _queue_count(topic, queue_counts, default_queue_count)
+            heads[(topic, queue)] = heads.get((topic, queue), 0) + count
+            growth += count * int(real_qid_growth(np.array([queue]))[0])
         for key, count in per_queue[partition].items():
             heads[key] = heads.get(key, 0) + count
         for topic, buckets in rr_consuming[partition].items():
@@ -283,13 +386,13 @@ def plan_append(
                 heads[(topic, queue)] = heads.get((topic, queue), 0) + count
         for topic, count in rr_total[partition].items():
             counters[topic] = counters.get(topic, 0) + count
-        size = sizes[partition]
+        size = sizes[partition] + growth
         if size == 0:
             continue
         if position + size + 8 <= next_segment_start(position, segment_size):
             position += size  # every record of the partition fits the current segment
         else:
-            position = replay(partition, position)
+            position = replay(partition, starts[partition], origin_counters)
             replayed += 1
     return AppendPlan(
         starts=starts,
@@ -326,6 +429,8 @@ PLACEMENT_SCHEMA = pa.schema(
         ("physical_offset", pa.int64()),
         ("queue_id", pa.int32()),
         ("queue_offset", pa.int64()),
+        ("total_size", pa.int32()),
+        ("real_queue", pa.int32()),  # the REAL_QID chosen at append time; null where the record has its own
     ]
 )
 
@@ -333,22 +438,32 @@ PLACEMENT_SCHEMA = pa.schema(
 class PartitionPlacer:
     """Replays the broker's append for one partition, batch after batch, from its start."""
 
-    def __init__(self, start: PartitionStart, *, queue_counts, default_queue_count, segment_size: int):
+    def __init__(
+        self,
+        start: PartitionStart,
+        *,
+        queue_counts,
+        default_queue_count,
+        segment_size: int,
+        origin_counters: Mapping[int, Mapping[str, int]] | None = None,
+    ):
         self.position = start.physical_offset
         self.queues = QueueAssigner(
-            start.rr_counters, start.queue_offsets, queue_counts=queue_counts, default_queue_count=default_queue_count
+            start.rr_counters,
+            start.queue_offsets,
+            queue_counts=queue_counts,
+            default_queue_count=default_queue_count,
+            origin_counters=origin_counters or {},
         )
         self.segment_size = segment_size
 
     def place(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Narrow rows in append order → their ``PLACEMENT_SCHEMA`` rows (queue, queue offset, physical offset)."""
-        placement = place_records(
-            batch.column("total_size").to_numpy(zero_copy_only=False),
-            start_offset=self.position,
-            segment_size=self.segment_size,
-        )
+        assigned = self.queues.assign(batch)
+        sizes = batch.column("total_size").to_numpy(zero_copy_only=False) + real_qid_growth(assigned.real_queues)
+        placement = place_records(sizes, start_offset=self.position, segment_size=self.segment_size)
         self.position = placement.end_offset
-        _, _, _, queue_ids, queue_offsets = self.queues.assign(batch)
+        chosen = assigned.real_queues >= 0
         return pa.RecordBatch.from_arrays(
             [
                 batch.column("split"),
@@ -356,8 +471,10 @@ class PartitionPlacer:
                 batch.column("scratch_batch"),
                 batch.column("scratch_row"),
                 pa.array(placement.offsets, pa.int64()),
-                pa.array(queue_ids, pa.int32()),
-                pa.array(queue_offsets, pa.int64()),
+                pa.array(assigned.queues, pa.int32()),
+                pa.array(assigned.offsets, pa.int64()),
+                pa.array(sizes, pa.int32()),
+                pa.array(assigned.real_queues, pa.int32(), mask=~chosen),
             ],
             schema=PLACEMENT_SCHEMA,
         )
@@ -381,14 +498,32 @@ def commitlog_rows(messages: pa.Table, placement: pa.Table, *, segment_size: int
         "physical_offset": placement.column("physical_offset"),
         "queue_id": placement.column("queue_id"),
         "queue_offset": placement.column("queue_offset"),
+        "total_size": placement.column("total_size"),
         "msg_id": offset_msg_ids_with_prefix(messages.column("store_host_prefix").combine_chunks(), offsets),
         "batch_id": pa.repeat(pa.scalar(batch_id, pa.string()), messages.num_rows),
         "source_file": pc.take(names, pa.array(codes)),
     }
+    if placement.column("real_queue").null_count < placement.num_rows:
+        computed.update(_with_real_qids(messages, placement.column("real_queue")))
     stored = COMMITLOG_FILE.stored
     columns = [computed[name] if name in computed else messages.column(name) for name in stored.names]
     table = COMMITLOG_FILE.complete(pa.Table.from_arrays(columns, schema=stored.arrow_schema))
     return starts, table
+
+
+def _with_real_qids(messages: pa.Table, real_queues: pa.ChunkedArray) -> dict[str, pa.Array]:
+    """``properties`` and ``properties_bytes`` with each placeholder REAL_QID replaced by the queue chosen."""
+    properties = messages.column("properties").to_pylist()
+    serialised = messages.column("properties_bytes").to_pylist()
+    for row, queue in enumerate(real_queues.to_pylist()):
+        if queue is None:
+            continue
+        properties[row] = [(name, str(queue) if name == REAL_QID else value) for name, value in properties[row]]
+        serialised[row] = serialize_properties(properties[row])
+    return {
+        "properties": pa.array(properties, messages.schema.field("properties").type),
+        "properties_bytes": pa.array(serialised, pa.binary()),
+    }
 
 
 def merge_segment_aggregates(written: Iterable) -> list[dict]:

@@ -30,6 +30,13 @@ NARROW_SCHEMA = pa.schema(
         ("total_size", pa.int32()),
         ("scratch_batch", pa.int32()),  # where the message is in its split's scratch file: batch, row in the batch
         ("scratch_row", pa.int32()),
+        ("kind", pa.int8()),  # 0: a message of the input; 1: a delivery of a delay-level or timer record
+        ("origin_timestamp", pa.int64()),  # a delivery's origin's store time (a message: its own)
+        ("rr_topic", pa.string()),  # the topic whose round-robin turn the row takes (null: none)
+        ("due", pa.int64()),  # a delay-level or timer record's delivery time
+        ("level", pa.int32()),  # its delay level (0: a timer)
+        ("origin_partition", pa.int32()),  # a delivery of a record sent without a queue: where its turn was taken
+        ("origin_turn", pa.int64()),  # and that turn's ordinal among the partition's turns of the real topic
     ]
 )
 
@@ -97,8 +104,11 @@ class AtomicArrowFile(AtomicFile):
         self._stream = None
         self._writer = None
 
-    def write(self, batch: pa.RecordBatch, *, max_rows: int) -> None:
+    def write(self, batch: pa.RecordBatch | pa.Table, *, max_rows: int) -> None:
         """Append ``batch`` as batches of ``max_rows`` rows (the last one shorter)."""
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks()
+            batch = batch.to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], schema=batch.schema)
         if self._writer is None:
             self._stream = self.storage.fs.open_output_stream(self._temporary_path())
             self._writer = pa.ipc.new_file(self._stream, batch.schema)

@@ -45,6 +45,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rmqlake.formats.segment import segment_file_name
+from rmqlake.ingest.deliveries import (
+    EARLIER_RUN_RANK,
+    EARLIER_RUN_TIMESTAMP,
+    SCHEDULED_TOPICS,
+    Origins,
+    delivery_records,
+    pending_rows,
+    real_topics,
+    scratch_rows_of_commitlog,
+)
+from rmqlake.ingest.deliveries import narrow_rows as delivery_narrow_rows
 from rmqlake.ingest.files import (
     DamagedInput,
     Fingerprint,
@@ -60,7 +71,10 @@ from rmqlake.ingest.parse import PARSED_SCHEMA, gc_paused, parse_lines
 from rmqlake.ingest.plan import (
     APPEND_ORDER,
     COMMITLOG_FILE_SCHEMA,
+    DELIVERY_ROW,
+    MESSAGE_ROW,
     PLACEMENT_SCHEMA,
+    STATS,
     AppendPlan,
     PartitionPlacer,
     PartitionStart,
@@ -68,7 +82,7 @@ from rmqlake.ingest.plan import (
     append_order_bounds,
     commitlog_rows,
     plan_append,
-    replay_end_offset,
+    ranks_within,
     stats_of_partition,
     stats_rows,
 )
@@ -113,6 +127,8 @@ PARSED_COUNTS = columns(
     ("split", "int", "the split parsed"),
     ("lines", "bigint", "lines read"),
     ("rejected", "bigint", "lines rejected"),
+    ("last_store_timestamp", "bigint", "the latest store time of the split's messages (null: none)"),
+    ("origins", "bigint", "delay-level and timer records among them (each has a delivery, due now or later)"),
 )
 
 
@@ -151,6 +167,8 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
     scratch = AtomicArrowFile(storage, target.scratch_file(task.index))
     narrow: list[pa.RecordBatch] = []
     rejected: list[pa.RecordBatch] = []
+    origins: list[tuple[pa.Table, list[int], list[int]]] = []  # re-routed records, their due times and levels
+    last_stored = None
     first_line = task.first_line
     try:
         for lines in iter_split_line_blocks(task.split):
@@ -171,14 +189,35 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
             )
             if valid.num_rows:
                 first_batch = scratch.batches
-                scratch.write(valid.select(SCRATCH_COLUMNS), max_rows=SCRATCH_BATCH_ROWS)
-                narrow.append(_narrow_rows(valid, task, first_batch=first_batch))
+                records = pa.Table.from_batches([valid.select(SCRATCH_COLUMNS)])
+                found = Origins(records, rules=options.schedule)
+                scratch.write(records, max_rows=SCRATCH_BATCH_ROWS)
+                narrow.append(_narrow_rows(valid, task, first_batch=first_batch, origins=found))
+                if found.rows:
+                    origins.append((records.take(pa.array(found.rows)), found.due, found.level))
+                latest = pc.max(valid.column("store_timestamp")).as_py()
+                last_stored = latest if last_stored is None else max(last_stored, latest)
             if parsed.num_rows != valid.num_rows:
                 rejected.append(parsed.filter(is_rejected).select(REJECTED_LINE_COLUMNS))
     except DamagedInput as damage:
         # the lines before the damage are read; the damage itself is one rejected line, where reading stopped
         rejected.append(damaged_input_row(damage, source_line=first_line))
         first_line += 1
+    for records, due, levels in origins:
+        # the deliveries they would have, after the split's messages: ordering drops those not due in this run
+        deliveries = delivery_records(records, due, rules=options.schedule)
+        first_batch = scratch.batches
+        scratch.write(deliveries, max_rows=SCRATCH_BATCH_ROWS)
+        narrow.append(
+            delivery_narrow_rows(
+                deliveries,
+                split=task.index,
+                first_batch=first_batch,
+                file_rank=task.file_rank,
+                origin_timestamps=records.column("store_timestamp").to_pylist(),
+                levels=levels,
+            )
+        )
     scratch.close()
     if narrow:
         _write_narrow(storage, target.narrow_file(task.index), narrow)
@@ -189,6 +228,8 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
             "split": [task.index],
             "lines": [first_line - task.first_line],
             "rejected": [sum(piece.num_rows for piece in rejected)],
+            "last_store_timestamp": [last_stored],
+            "origins": [sum(len(due) for _, due, _ in origins)],
         },
         schema=PARSED_COUNTS.arrow_schema,
     )
@@ -211,9 +252,25 @@ def damaged_input_row(damage: DamagedInput, *, source_line: int) -> pa.RecordBat
     )
 
 
-def _narrow_rows(parsed: pa.RecordBatch, task: SplitTask, *, first_batch: int) -> pa.RecordBatch:
+def _narrow_rows(parsed: pa.RecordBatch, task: SplitTask, *, first_batch: int, origins: Origins) -> pa.RecordBatch:
     count = parsed.num_rows
     row = np.arange(count, dtype=np.int32)
+    # the topic whose round-robin turn a message takes: its own without a queue, a re-routed one's real topic
+    turn_topics = pc.if_else(parsed.column("queue_id").is_null(), parsed.column("topic"), pa.scalar(None, pa.string()))
+    due = np.zeros(count, np.int64)
+    levels = np.zeros(count, np.int32)
+    is_origin = np.zeros(count, bool)
+    if origins.rows:
+        at = np.array(origins.rows)
+        due[at], levels[at], is_origin[at] = origins.due, origins.level, True
+        round_robin = pc.fill_null(parsed.column("real_queue_round_robin"), False).to_numpy(zero_copy_only=False)
+        if round_robin.any():
+            turns = turn_topics.to_pylist()
+            picked = np.flatnonzero(round_robin)
+            names = real_topics(pa.Table.from_batches([parsed]).take(pa.array(picked)))
+            for position, name in zip(picked.tolist(), names, strict=True):
+                turns[position] = name
+            turn_topics = pa.array(turns, pa.string())
     return pa.RecordBatch.from_arrays(
         [
             pa.array(np.full(count, task.index, np.int32)),
@@ -226,6 +283,13 @@ def _narrow_rows(parsed: pa.RecordBatch, task: SplitTask, *, first_batch: int) -
             parsed.column("total_size"),
             pa.array(first_batch + row // SCRATCH_BATCH_ROWS),
             pa.array(row % SCRATCH_BATCH_ROWS),
+            pa.array(np.zeros(count, np.int8)),
+            parsed.column("store_timestamp"),
+            turn_topics,
+            pa.array(due, pa.int64(), mask=~is_origin),
+            pa.array(levels, pa.int32(), mask=~is_origin),
+            pa.nulls(count, pa.int32()),
+            pa.nulls(count, pa.int64()),
         ],
         schema=NARROW_SCHEMA,
     )
@@ -278,13 +342,56 @@ def order_partition(
     target: IngestTarget,
     queue_counts: Mapping[str, int],
     default_queue_count: int | None,
+    clock: int,
 ) -> pa.RecordBatch:
     """Gather one range's narrow rows from every split's file, sort them by the append order, save them as the
     partition's ordered file and return its counts (``stats_of_partition``).
 
     Each split's file is sorted, so only the row groups whose timestamps
-    reach into the range are read.
+    reach into the range are read. Deliveries due after ``clock`` are not
+    appended by this run: they are counted as pending instead. A delivery
+    of a message sent without a queue learns which round-robin turn its
+    origin took (the origin's partition and ordinal there).
     """
+    gathered = _gather_range(partition, bounds=bounds, narrow_files=narrow_files, target=target)
+    kind = gathered.column("kind").to_numpy(zero_copy_only=False)
+    stamps = gathered.column("store_timestamp").to_numpy(zero_copy_only=False)
+    later = (kind == DELIVERY_ROW) & (stamps > clock)
+    pending = gathered.filter(pa.array(later)) if later.any() else None
+    if pending is not None:
+        gathered = gathered.filter(pa.array(~later))
+    ordered = gathered.sort_by([(name, "ascending") for name in APPEND_ORDER])
+    ordered = _resolve_origin_turns(
+        ordered, partition=partition, bounds=bounds, narrow_files=narrow_files, target=target
+    )
+    storage = target.storage()
+    saved = AtomicParquet(
+        storage, target.ordered_file(partition), row_group_size=1 << 20, compression="none", write_statistics=False
+    )
+    saved.write(ordered)
+    saved.close()
+    counts = stats_of_partition(
+        partition, ordered.to_batches(), queue_counts=queue_counts, default_queue_count=default_queue_count
+    )
+    if pending is None:
+        return counts
+    groups = pending_rows(
+        pending.column("topic").to_pylist(),
+        pending.column("level").to_pylist(),
+        pending.column("store_timestamp").to_pylist(),
+        [None] * pending.num_rows,
+    )
+    rows = [(partition, kind, g["topic"], g["level"], None, g[key]) for g in groups
+            for kind, key in (("pending", "count"), ("pending_due", "next_due"))]  # fmt: skip
+    extra = pa.RecordBatch.from_arrays(
+        [pa.array([row[i] for row in rows], field.type) for i, field in enumerate(STATS.arrow_schema)],
+        schema=STATS.arrow_schema,
+    )
+    return pa.Table.from_batches([counts, extra]).combine_chunks().to_batches()[0]
+
+
+def _gather_range(partition: int, *, bounds: list[int], narrow_files: list[str], target: IngestTarget) -> pa.Table:
+    """The narrow rows of partition ``partition``'s store-time range, from every split's file, unsorted."""
     low = bounds[partition - 1] if partition > 0 else None
     high = bounds[partition] if partition < len(bounds) else None
     storage = target.storage()
@@ -308,19 +415,76 @@ def order_partition(
             below = pc.less(stamps, high)
             inside = below if inside is None else pc.and_(inside, below)
         pieces.append(rows if inside is None else rows.filter(inside))
-    ordered = (
-        pa.concat_tables(pieces).sort_by([(name, "ascending") for name in APPEND_ORDER])
-        if pieces
-        else NARROW_SCHEMA.empty_table()
+    return pa.concat_tables(pieces) if pieces else NARROW_SCHEMA.empty_table()
+
+
+def _resolve_origin_turns(
+    ordered: pa.Table, *, partition: int, bounds: list[int], narrow_files: list[str], target: IngestTarget
+) -> pa.Table:
+    """Fill ``origin_partition``/``origin_turn`` of the deliveries whose origin was sent without a queue.
+
+    The origin took a round-robin turn of its real topic in its own partition (found from its store time and the
+    bounds); its ordinal among that partition's turns of the topic, with the partition's starting counter the
+    plan computes, gives the queue, so a delivery can be placed before the origin's partition is written.
+    """
+    kind = ordered.column("kind").to_numpy(zero_copy_only=False)
+    waiting = np.flatnonzero(
+        (kind == DELIVERY_ROW) & ordered.column("queue_id").is_null().to_numpy(zero_copy_only=False)
     )
-    saved = AtomicParquet(
-        storage, target.ordered_file(partition), row_group_size=1 << 20, compression="none", write_statistics=False
+    if not len(waiting):
+        return ordered
+    origin_stamps = ordered.column("origin_timestamp").to_numpy(zero_copy_only=False)[waiting]
+    origin_partitions = np.searchsorted(np.array(bounds, dtype=np.int64), origin_stamps, side="right")
+    ranks = ordered.column("file_rank").to_numpy(zero_copy_only=False)[waiting]
+    lines = ordered.column("source_line").to_numpy(zero_copy_only=False)[waiting]
+    turns = np.full(len(ordered), -1, dtype=np.int64)
+    for origin in np.unique(origin_partitions).tolist():
+        if origin == partition:
+            rows = ordered
+        else:
+            rows = _gather_range(origin, bounds=bounds, narrow_files=narrow_files, target=target)
+            rows = rows.filter(pc.equal(rows.column("kind"), MESSAGE_ROW)).sort_by(
+                [(name, "ascending") for name in APPEND_ORDER]
+            )
+        ordinal = _turn_ordinals(rows)
+        key = {(int(r), int(n)): int(o) for r, n, o in zip(
+            rows.column("file_rank").to_numpy(zero_copy_only=False)[ordinal >= 0],
+            rows.column("source_line").to_numpy(zero_copy_only=False)[ordinal >= 0],
+            ordinal[ordinal >= 0],
+            strict=True,
+        )}  # fmt: skip
+        for index in np.flatnonzero(origin_partitions == origin).tolist():
+            found = key.get((int(ranks[index]), int(lines[index])))
+            if found is None:
+                raise RuntimeError(
+                    f"the origin of a delivery (line {lines[index]}, file rank {ranks[index]}) "
+                    f"is not in partition {origin}"
+                )
+            turns[waiting[index]] = found
+    partitions = np.full(len(ordered), -1, dtype=np.int64)
+    partitions[waiting] = origin_partitions
+    has = turns >= 0
+    ordered = ordered.set_column(
+        ordered.schema.get_field_index("origin_partition"),
+        "origin_partition",
+        pa.array(partitions, pa.int32(), mask=~has),
     )
-    saved.write(ordered)
-    saved.close()
-    return stats_of_partition(
-        partition, ordered.to_batches(), queue_counts=queue_counts, default_queue_count=default_queue_count
+    return ordered.set_column(
+        ordered.schema.get_field_index("origin_turn"), "origin_turn", pa.array(turns, pa.int64(), mask=~has)
     )
+
+
+def _turn_ordinals(rows: pa.Table) -> np.ndarray:
+    """Each row's 0-based ordinal among the rows taking a turn of the same topic, in row order (-1: no turn)."""
+    topics = rows.column("rr_topic")
+    ordinals = np.full(len(rows), -1, dtype=np.int64)
+    taking = np.flatnonzero(topics.is_valid().to_numpy(zero_copy_only=False))
+    if len(taking):
+        codes = (
+            pc.dictionary_encode(topics.take(pa.array(taking))).combine_chunks().indices.to_numpy(zero_copy_only=False)
+        )
+        ordinals[taking] = ranks_within(codes.astype(np.int64))
+    return ordinals
 
 
 # What a write task returns: one row per commitlog file written, for the segment aggregates.
@@ -354,21 +518,32 @@ def write_partition(
     files: Mapping[int, str],
     target: IngestTarget,
     row_group_bytes: int,
+    origin_counters: Mapping[int, Mapping[str, int]] | None = None,
+    clock: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Place one partition's narrow rows, fetch their messages and write them as commitlog files.
 
     One file per segment the partition touches, rows in offset order, row
     groups of about ``row_group_bytes``. Yields one ``WRITTEN`` row per
-    file for the segment aggregates.
+    file for the segment aggregates, and ``PENDING_DELAYS`` rows: per delay
+    level, the lowest queue offset of a record written here whose delivery
+    is due after ``clock``.
     """
     use_task_memory_pool()
     placer = PartitionPlacer(
-        start, queue_counts=queue_counts, default_queue_count=default_queue_count, segment_size=segment_size
+        start,
+        queue_counts=queue_counts,
+        default_queue_count=default_queue_count,
+        segment_size=segment_size,
+        origin_counters=origin_counters,
     )
-    placed = [placer.place(batch) for batch in batches if batch.num_rows]
+    batches = [batch for batch in batches if batch.num_rows]
+    placed = [placer.place(batch) for batch in batches]
     if not placed:
         return
     placement = pa.Table.from_batches(placed, schema=PLACEMENT_SCHEMA)
+    if clock is not None:
+        yield from _pending_delays(pa.Table.from_batches(batches), placement, clock=clock)
     storage = target.storage()
 
     def open_scratch(split: int) -> pa.ipc.RecordBatchFileReader:
@@ -413,6 +588,27 @@ def write_partition(
         )
 
 
+# What a write task also returns: where each delay level's next delivery is, among the records it wrote.
+PENDING_DELAYS = columns(
+    ("level", "int", "the delay level"),
+    ("queue_offset", "bigint", "the lowest SCHEDULE_TOPIC_XXXX queue offset written whose delivery is pending"),
+)
+
+
+def _pending_delays(narrow: pa.Table, placement: pa.Table, *, clock: int) -> Iterator[pa.RecordBatch]:
+    kind = narrow.column("kind").to_numpy(zero_copy_only=False)
+    due = narrow.column("due").fill_null(-1).to_numpy(zero_copy_only=False)
+    levels = narrow.column("level").fill_null(0).to_numpy(zero_copy_only=False)
+    pending = (kind == MESSAGE_ROW) & (due > clock) & (levels > 0)
+    if not pending.any():
+        return
+    offsets = placement.column("queue_offset").to_numpy()[pending]
+    rows = []
+    for level in np.unique(levels[pending]).tolist():
+        rows.append({"level": level, "queue_offset": int(offsets[levels[pending] == level].min())})
+    yield pa.RecordBatch.from_pylist(rows, schema=PENDING_DELAYS.arrow_schema)
+
+
 # -- the Spark jobs that run these tasks (called by the driver) ----------------------------
 
 # Small row groups: a lookup by physical offset reads one row group per message, not a whole file.
@@ -444,11 +640,21 @@ def plan_partitions(
     """Per-partition starting values; partitions crossing a segment end are replayed, one task each."""
     segment_size = options.segment_size
 
-    def replay(partition: int, start: int) -> int:
+    def replay(partition: int, start: PartitionStart, origin_counters) -> int:
+        queue_counts, default_count = options.queue_counts, options.default_queue_count
+
         def end_offset(index: int) -> int:
-            batches = read_ordered(target, index)
-            sizes = (size for batch in batches for size in batch.column("total_size").to_numpy())
-            return replay_end_offset(sizes, start_offset=start, segment_size=segment_size)
+            placer = PartitionPlacer(
+                start,
+                queue_counts=queue_counts,
+                default_queue_count=default_count,
+                segment_size=segment_size,
+                origin_counters=origin_counters,
+            )
+            for batch in read_ordered(target, index):
+                if batch.num_rows:
+                    placer.place(batch)
+            return placer.position
 
         return spark.sparkContext.parallelize([partition], 1).map(end_offset).collect()[0]
 
@@ -500,7 +706,8 @@ def split_tasks(spark, files: list[Fingerprint], *, split_bytes: int) -> list[Sp
 def parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target: IngestTarget):
     """One task per split (``parse_split``).
 
-    Returns lines and rejected lines per input file, and the splits that hold messages (they have narrow files).
+    Returns lines and rejected lines per input file, the splits that hold messages (they have narrow files), and
+    the latest store time among the messages (``None`` without any).
     """
     # spark.range with as many partitions as splits: exactly one split per task (hashing would pile some up).
     frame = spark.range(0, len(tasks), 1, len(tasks))
@@ -513,16 +720,22 @@ def parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target
 
     per_file: dict[str, dict] = {}
     with_messages = []
+    last_stored = None
     for row in frame.mapInArrow(parse, PARSED_COUNTS.ddl).collect():
-        totals = per_file.setdefault(by_index[row["split"]].path, {"lines": 0, "rejected": 0})
+        totals = per_file.setdefault(by_index[row["split"]].path, {"lines": 0, "rejected": 0, "origins": 0})
         totals["lines"] += row["lines"]
         totals["rejected"] += row["rejected"]
+        totals["origins"] += row["origins"]
         if row["lines"] > row["rejected"]:
             with_messages.append(row["split"])
-    return per_file, sorted(with_messages)
+        if row["last_store_timestamp"] is not None:
+            last_stored = max(last_stored or row["last_store_timestamp"], row["last_store_timestamp"])
+    return per_file, sorted(with_messages), last_stored
 
 
-def order_partitions(spark, target: IngestTarget, splits: list[int], *, partitions: int, options: ParseOptions) -> list:
+def order_partitions(
+    spark, target: IngestTarget, splits: list[int], *, partitions: int, options: ParseOptions, clock: int
+) -> list:
     """Range bounds from the narrow files' footers, then ``order_partition`` per range."""
     storage = target.storage()
     narrow_files = [target.narrow_file(split) for split in splits]
@@ -538,16 +751,22 @@ def order_partitions(spark, target: IngestTarget, splits: list[int], *, partitio
             target=target,
             queue_counts=queue_counts,
             default_queue_count=default_count,
+            clock=clock,
         )
         return stats_rows(counts)
 
     return spark.sparkContext.parallelize(range(partitions), partitions).flatMap(order).collect()
 
 
-def place_and_write(spark, *, partitions: int, plan: AppendPlan, options, segment_size: int, tasks, target):
-    """Run ``write_partition`` on every partition, one task each; one row per file written."""
+def place_and_write(
+    spark, *, partitions: int, plan: AppendPlan, options, segment_size: int, files: Mapping[int, str], target, clock
+):
+    """Run ``write_partition`` on every partition, one task each.
+
+    Returns one ``WRITTEN`` row per file written, and the ``PENDING_DELAYS`` rows.
+    """
     starts = plan.starts
-    files = {task.index: task.path for task in tasks}
+    origin_counters = {partition: start.rr_counters for partition, start in starts.items()}
     queue_counts, default_count = options.queue_counts, options.default_queue_count
 
     def write(partition: int) -> list[dict]:
@@ -561,7 +780,118 @@ def place_and_write(spark, *, partitions: int, plan: AppendPlan, options, segmen
             files=files,
             target=target,
             row_group_bytes=COMMITLOG_ROW_GROUP_BYTES,
+            origin_counters=origin_counters,
+            clock=clock,
         )
-        return [row for batch in batches for row in batch.to_pylist()]
+        return [(batch.schema.names == PENDING_DELAYS.arrow_schema.names, row) for batch in batches
+                for row in batch.to_pylist()]  # fmt: skip
 
-    return spark.sparkContext.parallelize(range(partitions), partitions).flatMap(write).collect()
+    results = spark.sparkContext.parallelize(range(partitions), partitions).flatMap(write).collect()
+    return [row for pending, row in results if not pending], [row for pending, row in results if pending]
+
+
+# What the task delivering origins of earlier runs returns: one row per split it wrote, and the groups of the
+# origins it read that are still pending.
+EARLIER_ORIGINS = columns(
+    ("split", "int", "the scratch split the task wrote its deliveries to (null on a pending row)"),
+    ("delivered", "bigint", "deliveries written to that split"),
+    ("level", "int", "pending group: delay level, 0 for the timer wheel"),
+    ("topic", "string", "pending group: the real topic"),
+    ("count", "bigint", "pending group: deliveries not yet due"),
+    ("next_due", "bigint", "pending group: the earliest due time"),
+    ("min_offset", "bigint", "pending group: the lowest physical offset of its origins"),
+    ("min_queue_offset", "bigint", "pending group: the lowest queue offset of its origins"),
+)
+
+
+def deliver_earlier_origins(
+    records: pa.Table,
+    *,
+    split: int,
+    delivered_until: int | None,
+    clock: int,
+    rules,
+    target: IngestTarget,
+) -> pa.RecordBatch:
+    """Origins of earlier runs (commitlog rows): write the deliveries due in ``(delivered_until, clock]`` as split
+    ``split``'s scratch and narrow files, and count the ones due later."""
+    use_task_memory_pool()
+    scratch_rows = scratch_rows_of_commitlog(records)
+    found = Origins(scratch_rows, rules=rules)
+    rows = np.array(found.rows, dtype=np.int64)
+    due = np.array(found.due, dtype=np.int64)
+    levels = np.array(found.level, dtype=np.int64)
+    done = due <= (delivered_until if delivered_until is not None else np.iinfo(np.int64).min)
+    now = ~done & (due <= clock)
+    later = ~done & (due > clock)
+    out = []
+    if now.any():
+        origins = scratch_rows.take(pa.array(rows[now]))
+        deliveries = delivery_records(origins, due[now].tolist(), rules=rules)
+        storage = target.storage()
+        scratch = AtomicArrowFile(storage, target.scratch_file(split))
+        scratch.write(deliveries, max_rows=SCRATCH_BATCH_ROWS)
+        scratch.close()
+        narrow = delivery_narrow_rows(
+            deliveries,
+            split=split,
+            first_batch=0,
+            file_rank=EARLIER_RUN_RANK,
+            origin_timestamps=[EARLIER_RUN_TIMESTAMP] * origins.num_rows,
+            levels=levels[now].tolist(),
+        )
+        _write_narrow(storage, target.narrow_file(split), [narrow])
+        out.append({"split": split, "delivered": int(now.sum())})
+    if later.any():
+        pending = scratch_rows.take(pa.array(rows[later]))
+        queue_offsets = records.column("queue_offset").take(pa.array(rows[later])).to_pylist()
+        groups = pending_rows(
+            real_topics(pending), levels[later].tolist(), due[later].tolist(), pending.column("source_line").to_pylist()
+        )
+        for group in groups:
+            members = [
+                offset
+                for offset, topic, level in zip(
+                    queue_offsets, real_topics(pending), levels[later].tolist(), strict=True
+                )
+                if topic == group["topic"] and level == group["level"]
+            ]
+            out.append({**group, "min_queue_offset": min(members)})
+    return pa.RecordBatch.from_pylist(out, schema=EARLIER_ORIGINS.arrow_schema)
+
+
+def earlier_deliveries(
+    spark, lake, target: IngestTarget, *, first_split: int, pending_from: int, delivered_until, clock, rules,
+    segment_size: int,
+) -> tuple[list[int], int, list[dict]]:  # fmt: skip
+    """Deliver the origins of earlier runs that came due (one task per slice of the commitlog from
+    ``pending_from``, on executors).
+
+    Returns the splits written, the deliveries they hold, and the groups still pending (``EARLIER_ORIGINS`` rows).
+    """
+    from pyspark import TaskContext
+    from pyspark.sql import functions as F
+
+    from rmqlake.formats.segment import segment_file_name, segment_start
+    from rmqlake.lake.spark_io import read_table
+
+    first_segment = segment_file_name(segment_start(pending_from, segment_size))
+    commitlog = read_table(spark, lake, "commitlog", partition_filters=[("segment", ">=", first_segment)])
+    origins = commitlog.filter(
+        F.col("topic").isin(*SCHEDULED_TOPICS) & (F.col("physical_offset") >= F.lit(pending_from))
+    ).drop("store_time", "born_time")
+
+    def deliver(batches):
+        split = first_split + TaskContext.get().partitionId()
+        tables = [pa.Table.from_batches([batch]) for batch in batches if batch.num_rows]
+        if not tables:
+            return
+        records = pa.concat_tables(tables)
+        yield deliver_earlier_origins(
+            records, split=split, delivered_until=delivered_until, clock=clock, rules=rules, target=target
+        )
+
+    rows = [row.asDict() for row in origins.mapInArrow(deliver, EARLIER_ORIGINS.ddl).collect()]
+    splits = sorted(row["split"] for row in rows if row["split"] is not None)
+    delivered = sum(row["delivered"] for row in rows if row["split"] is not None)
+    return splits, delivered, [row for row in rows if row["split"] is None]

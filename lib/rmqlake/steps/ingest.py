@@ -14,11 +14,13 @@ import pyarrow.parquet as pq
 
 from rmqlake.config import Settings
 from rmqlake.errors import ConfigError, RefusedError, UsageError
+from rmqlake.formats.schedule import SCHEDULE_TOPIC, TIMER_TOPIC
 from rmqlake.ingest.files import Fingerprint, InputFile, resolve_inputs
 from rmqlake.ingest.lines import ParseOptions
 from rmqlake.ingest.plan import merge_segment_aggregates
 from rmqlake.ingest.scratch import IngestTarget
 from rmqlake.ingest.tasks import (
+    earlier_deliveries,
     fingerprint_files,
     order_partitions,
     parse_splits,
@@ -27,7 +29,15 @@ from rmqlake.ingest.tasks import (
     split_tasks,
 )
 from rmqlake.lake import Lake, LakeRun
-from rmqlake.lake.state import CommitlogState, LakeState, QueueId, TopicTotals
+from rmqlake.lake.state import (
+    CommitlogState,
+    LakeState,
+    PendingGroup,
+    PendingKey,
+    QueueId,
+    ScheduleState,
+    TopicTotals,
+)
 from rmqlake.progress import Stages, spark_description, spark_progress
 from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.timeutil import epoch_ms
@@ -50,6 +60,7 @@ def parse_options(settings: Settings) -> ParseOptions:
         default_store_host=settings.hosts.store_host,
         default_born_host=settings.hosts.born_host,
         timezone=settings.broker.timezone,
+        schedule=settings.schedule_rules(),
     )
 
 
@@ -101,6 +112,7 @@ def ingest(
         ``start_offset``/``end_offset``, ...
     """
     started = time.monotonic()
+    clock_ms = epoch_ms(now) if now is not None else None  # only a time given counts towards the delivery clock
     now = now or datetime.now(UTC)
     files = check_ingest(settings, input_path=input_path)
     total = sum(f.size for f in files)
@@ -109,7 +121,7 @@ def ingest(
         prints = fingerprint_files(spark, files)  # reads every input byte: before run_step, with its own progress
 
     def work(step: StepRun) -> dict:
-        return _ingest_batch(spark, settings, step, prints, batch_id=batch_id)
+        return _ingest_batch(spark, settings, step, prints, batch_id=batch_id, clock_ms=clock_ms)
 
     return run_step("ingest", settings, work, now=now, started=started, batch_id=batch_id)
 
@@ -132,7 +144,7 @@ def _refuse_when_disk_full(state: LakeState, settings: Settings) -> None:
     )
 
 
-def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id) -> dict:
+def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id, clock_ms: int | None) -> dict:
     lake, run, now, started = step.lake, step.run, step.now, step.started
     seen = lake.read_arrow("ingest_files", columns=["path", "size_bytes", "sha256", "batch_id"]).to_pylist()
     known = {(r["path"], r["size_bytes"], r["sha256"]): r["batch_id"] for r in seen}
@@ -187,10 +199,11 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id)
     )
 
     stages = Stages(log)
+    rules = settings.schedule_rules()
     # 1. read and parse: messages and their narrow rows to scratch files, rejected lines to staging
     with stages("read and parse") as note:
         tasks = split_tasks(spark, new, split_bytes=settings.ingest.split_bytes)
-        per_file, ordered_splits = parse_splits(spark, tasks, options=options, target=target)
+        per_file, ordered_splits, last_stored = parse_splits(spark, tasks, options=options, target=target)
         rows_in = sum(r["lines"] for r in per_file.values())
         rejected_count = sum(r["rejected"] for r in per_file.values())
         note.update(rows=rows_in, messages=rows_in - rejected_count, rejected=rejected_count, files=len(new))
@@ -198,15 +211,51 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id)
         rejected_files = run.collect_staged("rejected", mode="append")
         _log_rejects(lake, run, rejected_files, limit=settings.ingest.log_rejects)
 
+    # 1b. the delivery clock, and the origins of earlier runs that come due by it
+    schedule = run.state.schedule
+    clock = max(
+        (t for t in (schedule.delivered_until if schedule else None, last_stored, clock_ms) if t is not None),
+        default=None,
+    )
+    earlier_pending: list[dict] = [] if schedule is None else _pending_as_rows(schedule)
+    earlier_delivered = 0
+    if (
+        clock is not None
+        and schedule is not None
+        and schedule.pending_from is not None
+        and any(group.next_due <= clock for group in schedule.pending.values())
+    ):
+        with stages("deliver earlier messages") as note:
+            delivery_splits, earlier_delivered, earlier_pending = earlier_deliveries(
+                spark,
+                lake,
+                target,
+                first_split=len(tasks),
+                pending_from=schedule.pending_from,
+                delivered_until=schedule.delivered_until,
+                clock=clock,
+                rules=rules,
+                segment_size=store.commitlog_segment_size,
+            )
+            ordered_splits = ordered_splits + delivery_splits
+            note.update(rows=earlier_delivered)
+
     # 2-4. order, count, plan (narrow rows only)
     messages = rows_in - rejected_count
     partitions = settings.ingest.sort_partitions or max(
         settings.spark.shuffle_partitions, math.ceil(sum(f.size for f in new) / (128 * 1024 * 1024))
     )
     stats = []  # a batch of rejected lines only places nothing
-    if messages:
+    if ordered_splits:
         with stages("sort into append order") as note:
-            stats = order_partitions(spark, target, ordered_splits, partitions=partitions, options=options)
+            stats = order_partitions(
+                spark,
+                target,
+                ordered_splits,
+                partitions=partitions,
+                options=options,
+                clock=clock if clock is not None else -(1 << 63),
+            )
             note.update(rows=messages, partitions=partitions)
     with stages("plan offsets") as note:
         plan = plan_partitions(
@@ -220,30 +269,41 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id)
             options=options,
         )
         note.update(partitions_replayed=plan.partitions_replayed)
-    if plan.messages != messages:
-        raise AssertionError(f"placement plan counts {plan.messages} messages, parsing found {messages}")
+    this_run_pending = [row for row in stats if row.kind in ("pending", "pending_due")]
+    origins = sum(r["origins"] for r in per_file.values())
+    deliveries = origins - sum(r.value for r in this_run_pending if r.kind == "pending") + earlier_delivered
+    if plan.messages != messages + deliveries:
+        raise AssertionError(
+            f"the placement plan counts {plan.messages} records; parsing found {messages} messages, and "
+            f"{deliveries} deliveries are due ({earlier_delivered} of earlier runs' messages)"
+        )
 
     # 5. place and write
     segment_rows = lake.read_arrow("segments").to_pylist()
     commitlog_files = []
     batch_segments: list[dict] = []
-    if messages:
+    pending_delays: list[dict] = []
+    if plan.messages:
         with stages("place and write commitlog") as note:
-            written = place_and_write(
+            files = {task.index: task.path for task in tasks}
+            files.update({split: DELIVERY_SOURCE for split in ordered_splits if split >= len(tasks)})
+            written, pending_delays = place_and_write(
                 spark,
                 partitions=partitions,
                 plan=plan,
                 options=options,
                 segment_size=store.commitlog_segment_size,
-                tasks=tasks,
+                files=files,
                 target=target,
+                clock=clock,
             )
             commitlog_files = run.collect_staged("commitlog", mode="append")
-            if sum(f.num_records for f in commitlog_files) != messages:
-                raise AssertionError("the staged commitlog files do not hold every message of the batch")
+            if sum(f.num_records for f in commitlog_files) != plan.messages:
+                raise AssertionError("the staged commitlog files do not hold every record of the batch")
             batch_segments = merge_segment_aggregates(written)
             note.update(
-                rows=messages,
+                rows=plan.messages,
+                deliveries=deliveries,
                 offsets=f"{start_offset}..{plan.end_offset}",
                 segments=len(batch_segments),
                 files=len(commitlog_files),
@@ -255,6 +315,16 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id)
     if batch_segments or not lake.exists("segments"):
         run.stage_arrow("segments", pa.Table.from_pylist(new_segments, schema=_segments_schema()), mode="overwrite")
     run.stage_arrow("ingest_files", _ingest_file_rows(new, per_file, batch_id, now), mode="append")
+    schedule = _schedule_after(
+        schedule,
+        clock=clock,
+        earlier_pending=earlier_pending,
+        this_run_pending=this_run_pending,
+        pending_delays=pending_delays,
+        start_offset=start_offset,
+        queue_heads=plan.queue_heads,
+        rules=rules,
+    )
 
     topics = dict(commitlog.topics)
     for topic, (count, size) in plan.topic_totals.items():
@@ -277,6 +347,8 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id)
         "rows_in": rows_in,
         "rows_out": messages,
         "rejected": rejected_count,
+        "deliveries": deliveries,
+        "pending_deliveries": schedule.pending_count if schedule else 0,
         "files": len(new),
         "files_skipped": skipped,
         "input_bytes": sum(f.size for f in new),
@@ -293,7 +365,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id)
             f"counts do not add up: {rows_in} lines != {messages} messages + {rejected_count} rejected"
         )
     with stages("commit"):
-        versions = step.commit(replace(run.state, commitlog=commitlog), record=metrics)
+        versions = step.commit(replace(run.state, commitlog=commitlog, schedule=schedule), record=metrics)
     seconds = time.monotonic() - started
     metrics.update(
         table_versions=versions,
@@ -315,6 +387,73 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id)
         messages / seconds if seconds else 0,
     )
     return metrics
+
+
+# The commitlog's source_file of a delivery whose origin an earlier run stored.
+DELIVERY_SOURCE = "(scheduled delivery)"
+
+
+def _pending_as_rows(schedule: ScheduleState) -> list[dict]:
+    """The state's pending groups as the rows a scan of the origins gives (nothing of them is due yet)."""
+    return [
+        {"level": key.level, "topic": key.topic, "count": group.count, "next_due": group.next_due,
+         "min_offset": schedule.pending_from, "min_queue_offset": schedule.delay_offsets.get(key.level)}
+        for key, group in schedule.pending.items()
+    ]  # fmt: skip
+
+
+def _schedule_after(
+    before: ScheduleState | None,
+    *,
+    clock: int | None,
+    earlier_pending: list[dict],
+    this_run_pending: list,
+    pending_delays: list[dict],
+    start_offset: int,
+    queue_heads,
+    rules,
+) -> ScheduleState | None:
+    """The schedule state after the run: its clock, what is pending and where each delay level's next delivery is.
+
+    A lake that never held a delay-level or timer record keeps no section.
+    """
+    on_schedule = {queue: head for (topic, queue), head in queue_heads.items() if topic == SCHEDULE_TOPIC}
+    if before is None and not on_schedule and not any(topic == TIMER_TOPIC for topic, _ in queue_heads):
+        return None
+    pending: dict[PendingKey, PendingGroup] = {}
+
+    def add(key: PendingKey, count: int, due: int) -> None:
+        known = pending.get(key)
+        pending[key] = (
+            PendingGroup(count, due) if known is None else PendingGroup(known.count + count, min(known.next_due, due))
+        )
+
+    offsets = [row["min_offset"] for row in earlier_pending if row["min_offset"] is not None]
+    for row in earlier_pending:
+        add(PendingKey(row["level"], row["topic"]), row["count"], row["next_due"])
+    counts = {(r.topic, r.queue_id): r.value for r in this_run_pending if r.kind == "pending"}
+    dues = {(r.topic, r.queue_id): r.value for r in this_run_pending if r.kind == "pending_due"}
+    for (topic, level), count in counts.items():
+        add(PendingKey(level, topic), count, dues[(topic, level)])
+    if counts:
+        offsets.append(start_offset)  # this run's origins are all at or after where it started
+    next_delivery: dict[int, int] = {}
+    for row in [*earlier_pending, *pending_delays]:
+        offset = row.get("min_queue_offset", row.get("queue_offset"))
+        if row["level"] > 0 and offset is not None:
+            next_delivery[row["level"]] = min(next_delivery.get(row["level"], offset), offset)
+    delay_offsets = {}
+    for level in rules.delay_levels:
+        if level in next_delivery:
+            delay_offsets[level] = next_delivery[level]
+        elif level - 1 in on_schedule:
+            delay_offsets[level] = on_schedule[level - 1]
+    return ScheduleState(
+        delivered_until=clock,
+        pending_from=min(offsets) if pending else None,
+        pending=pending,
+        delay_offsets=delay_offsets,
+    )
 
 
 def _log_rejects(lake: Lake, run: LakeRun, files, *, limit: int) -> None:

@@ -1,0 +1,197 @@
+"""Delay-level and timer deliveries: the records a broker appends when a re-routed message comes due.
+
+An origin is a record on ``SCHEDULE_TOPIC_XXXX`` or the timer topic with ``REAL_TOPIC`` and ``REAL_QID``
+(``formats.schedule.due_ms`` says when it is due). Its delivery is the record
+``formats.schedule.delivery`` describes, stored at the due time on the real topic and queue; it enters the
+run's append like any message: a scratch row (the record's fields) and a narrow row (``kind`` 1) that sorts
+it after the messages stored at its due time.
+
+Origins come from two places: the run's own lines (``origins_of_split``), and the lake, for origins of
+earlier runs that come due now (``deliveries_from_lake``, a task per slice of the commitlog).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmqlake.formats.hosts import parse_host
+from rmqlake.formats.msgid import offset_msg_id_prefix
+from rmqlake.formats.properties import serialize_properties
+from rmqlake.formats.record import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, magic_for_topic, record_size
+from rmqlake.formats.schedule import (
+    DELAY,
+    REAL_QID,
+    REAL_TOPIC,
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    ScheduleRules,
+    delivery,
+    due_ms,
+    java_long,
+)
+from rmqlake.ingest.scratch import NARROW_SCHEMA, SCRATCH_BATCH_ROWS, SCRATCH_COLUMNS
+from rmqlake.lake.tables import columns
+
+SCHEDULED_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC)
+# An origin of an earlier run sorts before the run's own origins among deliveries due together.
+EARLIER_RUN_TIMESTAMP = -(1 << 63)
+EARLIER_RUN_RANK = -1
+
+# Deliveries not due by the run's clock, counted per group: what ``ScheduleState.pending`` is made of.
+PENDING = columns(
+    ("level", "int", "delay level; 0 for the timer wheel"),
+    ("topic", "string", "the real topic the deliveries go to"),
+    ("count", "bigint", "deliveries not yet due"),
+    ("next_due", "bigint", "the earliest due time among them (epoch ms)"),
+    ("min_offset", "bigint", "the lowest physical offset of their origins (null: origins of this run)"),
+)
+
+
+class Origins:
+    """The origins among some records (scratch columns), with what their deliveries need."""
+
+    def __init__(self, records: pa.Table, *, rules: ScheduleRules):
+        self.rows: list[int] = []
+        self.due: list[int] = []
+        self.level: list[int] = []
+        on_topics = pc.is_in(records.column("topic"), pa.array(SCHEDULED_TOPICS))
+        candidates = np.flatnonzero(pc.fill_null(on_topics, False).to_numpy(zero_copy_only=False))
+        if not len(candidates):
+            return
+        picked = records.take(pa.array(candidates))
+        topics = picked.column("topic").to_pylist()
+        properties = picked.column("properties").to_pylist()
+        stored = picked.column("store_timestamp").to_pylist()
+        for row, topic, pairs, stamp in zip(candidates.tolist(), topics, properties, stored, strict=True):
+            named = dict(pairs)
+            due = due_ms(topic, named, stamp, rules)
+            if due is None:
+                continue
+            self.rows.append(row)
+            self.due.append(due)
+            self.level.append(
+                min(java_long(named[DELAY], bits=32), rules.max_delay_level) if topic == SCHEDULE_TOPIC else 0
+            )
+
+
+def delivery_records(origins: pa.Table, due: Iterable[int], *, rules: ScheduleRules) -> pa.Table:
+    """The delivery record (scratch columns) of each origin record, stored at its ``due`` time.
+
+    ``queue_id`` is null where the origin's REAL_QID is still a placeholder (``real_queue_round_robin``): the
+    append resolves it.
+    """
+    out = {name: origins.column(name).to_pylist() for name in SCRATCH_COLUMNS}
+    due = list(due)
+    for row in range(origins.num_rows):
+        routed = delivery(
+            out["topic"][row],
+            out["properties"][row],
+            store_timestamp=out["store_timestamp"][row],
+            due_ms=due[row],
+            rules=rules,
+        )
+        serialised = serialize_properties(routed.properties)
+        flag = out["sys_flag"][row]
+        magic = magic_for_topic(routed.topic)
+        out["total_size"][row] = record_size(
+            body_length=len(out["body"][row]),
+            topic_length=len(routed.topic.encode("utf-8")),
+            properties_length=len(serialised),
+            born_v6=bool(flag & BORNHOST_V6_FLAG),
+            store_v6=bool(flag & STOREHOST_V6_FLAG),
+            magic=magic,
+        )
+        out["topic"][row] = routed.topic
+        out["queue_id"][row] = None if out["real_queue_round_robin"][row] else routed.queue_id
+        out["magic"][row] = magic
+        out["store_timestamp"][row] = due[row]
+        out["properties"][row] = routed.properties
+        out["properties_bytes"][row] = serialised
+    return pa.table({name: pa.array(out[name], origins.schema.field(name).type) for name in SCRATCH_COLUMNS})
+
+
+def narrow_rows(
+    deliveries: pa.Table,
+    *,
+    split: int,
+    first_batch: int,
+    file_rank: int,
+    origin_timestamps: Iterable[int],
+    levels: Iterable[int],
+) -> pa.RecordBatch:
+    """The narrow rows (``kind`` 1) of delivery records written to ``split``'s scratch file from ``first_batch``."""
+    count = deliveries.num_rows
+    row = np.arange(count, dtype=np.int32)
+    nothing64 = pa.nulls(count, pa.int64())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(np.full(count, split, np.int32)),
+            pa.array(np.full(count, file_rank, np.int32)),
+            deliveries.column("source_line").combine_chunks(),
+            deliveries.column("store_timestamp").combine_chunks(),
+            deliveries.column("topic").combine_chunks(),
+            deliveries.column("queue_id").combine_chunks(),
+            deliveries.column("sys_flag").combine_chunks(),
+            deliveries.column("total_size").combine_chunks(),
+            pa.array(first_batch + row // SCRATCH_BATCH_ROWS),
+            pa.array(row % SCRATCH_BATCH_ROWS),
+            pa.array(np.ones(count, np.int8)),
+            pa.array(list(origin_timestamps), pa.int64()),
+            pa.nulls(count, pa.string()),
+            nothing64,
+            pa.array(list(levels), pa.int32()),
+            pa.nulls(count, pa.int32()),
+            nothing64,
+        ],
+        schema=NARROW_SCHEMA,
+    )
+
+
+def scratch_rows_of_commitlog(rows: pa.Table) -> pa.Table:
+    """Commitlog rows as scratch rows: ``source_line`` is the physical offset (the origins' order), the store
+    host's offsetMsgId prefix is worked out again, and REAL_QID is the record's own."""
+    prefixes = {host: offset_msg_id_prefix(parse_host(host)) for host in set(rows.column("store_host").to_pylist())}
+    computed = {
+        "source_line": rows.column("physical_offset"),
+        "store_host_prefix": pa.array([prefixes[h] for h in rows.column("store_host").to_pylist()], pa.string()),
+        "real_queue_round_robin": pa.array(np.zeros(rows.num_rows, bool)),
+    }
+    from rmqlake.ingest.message import MESSAGE_TYPES
+
+    types = {"source_line": pa.int64(), **MESSAGE_TYPES}
+    return pa.table(
+        {
+            name: (computed[name] if name in computed else rows.column(name)).cast(types[name])
+            for name in SCRATCH_COLUMNS
+        }
+    )
+
+
+def pending_rows(topics: list[str], levels: list[int], due: list[int], offsets: list[int | None]) -> Iterator[dict]:
+    """Group deliveries not yet due into ``PENDING`` rows."""
+    groups: dict[tuple[int, str], dict] = {}
+    for topic, level, when, offset in zip(topics, levels, due, offsets, strict=True):
+        group = groups.get((level, topic))
+        if group is None:
+            groups[(level, topic)] = {"level": level, "topic": topic, "count": 1, "next_due": when,
+                                      "min_offset": offset}  # fmt: skip
+            continue
+        group["count"] += 1
+        group["next_due"] = min(group["next_due"], when)
+        if offset is not None:
+            group["min_offset"] = offset if group["min_offset"] is None else min(group["min_offset"], offset)
+    yield from groups.values()
+
+
+def real_topics(records: pa.Table) -> list[str]:
+    """The REAL_TOPIC of each record."""
+    return [dict(pairs)[REAL_TOPIC] for pairs in records.column("properties").to_pylist()]
+
+
+def real_queues(records: pa.Table) -> list[int]:
+    """The REAL_QID of each record."""
+    return [java_long(dict(pairs)[REAL_QID], bits=32) for pairs in records.column("properties").to_pylist()]
