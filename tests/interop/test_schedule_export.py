@@ -1,10 +1,10 @@
 """A real RocketMQ 5.3.3 broker started on an ``export-store`` directory with scheduled messages in it.
 
-The lake holds, as a broker stores them, delay-level records (``SCHEDULE_TOPIC_XXXX``) and timer
-records (``rmq_sys_wheel_timer``), some with their delivery on the real topic, some pending, all due
-before the broker starts. tests/interop/java/BrokerHarness.java starts the broker on the export
-(``messageDelayLevel`` ``1s 2s 3s``), waits until the real topics hold what it should deliver and
-3 s longer for anything delivered twice, then a consumer reads both topics from the first offset.
+The lake is sent delay-level and timer messages; its ingest delivers those due by its clock and
+leaves the others pending, all due before the broker starts. tests/interop/java/BrokerHarness.java
+starts the broker on the export (``messageDelayLevel`` ``1s 2s 3s``), waits until the real topics
+hold what it should deliver and 3 s longer for anything delivered twice, then a consumer reads both
+topics from the first offset.
 
 Delay levels go on from ``config/delayOffset.json``: exactly the pending ones are delivered. The timer
 wheel goes on from the queue offset in ``config/timercheck`` (the first pending timer's): a timer the
@@ -32,32 +32,12 @@ from tests.interop.harness import run_java
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 DELAY_LEVELS = "1s 2s 3s"
-SCHEDULE, TIMER = "SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"
 DELAYED, TIMED = "DelayedOrders", "TimedOrders"
 
 
-def line(topic: str, queue: int, at: int, key: str, **properties: str) -> dict:
+def line(topic: str, queue: int, at: int, key: str, **fields) -> dict:
     return {"topic": topic, "queueId": queue, "body": f"body of {key}", "bornTimestamp": at - 5,
-            "storeTimestamp": at, "uniqKey": key, "properties": properties}  # fmt: skip
-
-
-def delay(level: int, at: int, key: str, queue: int, *, delivered_at: int | None = None) -> list[dict]:
-    """A delay-level record as the broker stores it, and its delivery when ``delivered_at`` is given."""
-    properties = {"DELAY": str(level), "REAL_TOPIC": DELAYED, "REAL_QID": str(queue)}
-    records = [line(SCHEDULE, level - 1, at, key, **properties)]
-    if delivered_at is not None:
-        records.append(line(DELAYED, queue, delivered_at, key, **properties))
-    return records
-
-
-def timer(out_ms: int, at: int, key: str, queue: int, *, delivered_at: int | None = None) -> list[dict]:
-    """A timer record as the broker stores it, and its delivery when ``delivered_at`` is given."""
-    properties = {"TIMER_OUT_MS": str(out_ms), "REAL_TOPIC": TIMED, "REAL_QID": str(queue)}
-    records = [line(TIMER, 0, at, key, **properties)]
-    if delivered_at is not None:
-        stamps = {"TIMER_ENQUEUE_MS": str(at // 1000 * 1000), "TIMER_DEQUEUE_MS": str(out_ms + 1000)}
-        records.append(line(TIMED, queue, delivered_at, key, **properties, **stamps))
-    return records
+            "storeTimestamp": at, "uniqKey": key, **fields}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +46,13 @@ def served(spark, tmp_path_factory) -> dict:
     t0 = (int(time.time() * 1000) - 600_000) // 1000 * 1000  # ten minutes ago: everything is due at the broker
     lines = [
         line(DELAYED, 0, t0, "plain-1"),
-        *delay(1, t0 + 100, "delay-delivered", 1, delivered_at=t0 + 1100),
-        *timer(t0 + 1000, t0 + 200, "timer-delivered", 0, delivered_at=t0 + 2000),
-        *timer(t0 + 4000, t0 + 1500, "timer-pending", 1),  # due t0 + 5000
-        *timer(t0 + 2000, t0 + 1600, "timer-delivered-after", 2, delivered_at=t0 + 3000),  # stored after the pending
-        *delay(1, t0 + 2500, "delay-pending-1", 2),  # due t0 + 3500
-        *delay(3, t0 + 2600, "delay-pending-3", 3),  # due t0 + 5600
-        line(DELAYED, 0, t0 + 3000, "plain-2"),  # the lake's clock: the pending ones are due after it
+        line(DELAYED, 1, t0 + 100, "delay-delivered", delayLevel=1),  # due t0 + 1100
+        line(TIMED, 0, t0 + 200, "timer-delivered", deliverTimeMs=t0 + 2000),  # due t0 + 2000
+        line(TIMED, 1, t0 + 1500, "timer-pending", deliverTimeMs=t0 + 5000),  # due t0 + 5000
+        line(TIMED, 2, t0 + 1600, "timer-delivered-after", deliverTimeMs=t0 + 3000),  # stored after the pending one
+        line(DELAYED, 2, t0 + 2500, "delay-pending-1", delayLevel=1),  # due t0 + 3500
+        line(DELAYED, 3, t0 + 2600, "delay-pending-3", delayLevel=3),  # due t0 + 5600
+        line(DELAYED, 0, t0 + 3000, "plain-2"),  # the lake's clock
     ]
     log = root / "in" / "lines.jsonl"
     log.parent.mkdir()

@@ -1,8 +1,9 @@
-"""export-store and import-store of scheduled messages: ``config/delayOffset.json`` and the lake's schedule state.
+"""export-store and import-store of scheduled messages: ``config/delayOffset.json``, ``config/timercheck`` and the
+lake's schedule state.
 
-The lake holds schedule records (``SCHEDULE_TOPIC_XXXX``, the timer topic) and deliveries as a broker
-stores them, given to ingest as they are stored; the first run leaves two delay records pending, the
-second adds a timer delivered although due after them (a broker stopped while a level's thread lagged).
+The first run sends delay-level and timer messages; ingest delivers those due by its clock and leaves two
+delay messages pending. The second run stores what only a broker's store holds: a timer record with its
+delivery although due after an undelivered one (a broker stopped while a level's thread lagged).
 """
 
 from __future__ import annotations
@@ -23,45 +24,27 @@ from tests.conftest import make_settings
 pytestmark = pytest.mark.spark
 T0 = 1795687200000
 SETTINGS = ["broker.message_delay_level=1s 2s 3s", "store.commitlog_segment_size=16384"]
-SCHEDULE, TIMER = "SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"
+TIMER = "rmq_sys_wheel_timer"
 
 
-def line(topic: str, queue: int, at: int, key: str, **properties: str) -> dict:
+def line(topic: str, queue: int, at: int, key: str, **fields) -> dict:
     return {"topic": topic, "queueId": queue, "body": f"body of {key}", "bornTimestamp": at - 5,
-            "storeTimestamp": at, "uniqKey": key, "properties": properties}  # fmt: skip
-
-
-def delay(level: int, at: int, key: str, *, queue: int = 1) -> dict:
-    return line(SCHEDULE, level - 1, at, key, DELAY=str(level), REAL_TOPIC="Orders", REAL_QID=str(queue))
-
-
-def delay_delivery(level: int, at: int, key: str, *, queue: int = 1) -> dict:
-    return line("Orders", queue, at, key, DELAY=str(level), REAL_TOPIC="Orders", REAL_QID=str(queue))
-
-
-def timer(out_ms: int, at: int, key: str, *, queue: int) -> dict:
-    return line(TIMER, 0, at, key, TIMER_OUT_MS=str(out_ms), REAL_TOPIC="Timed", REAL_QID=str(queue))
-
-
-def timer_delivery(out_ms: int, at: int, key: str, *, queue: int) -> dict:
-    properties = {"TIMER_OUT_MS": str(out_ms), "REAL_TOPIC": "Timed", "REAL_QID": str(queue)}
-    return line("Timed", queue, at, key, **properties, TIMER_ENQUEUE_MS=str(at // 1000 * 1000))
+            "storeTimestamp": at, "uniqKey": key, **fields}  # fmt: skip
 
 
 FIRST = [
     line("Orders", 0, T0, "plain-1"),
-    delay(1, T0 + 100, "A"),  # due T0 + 1100, delivered
-    timer(T0 + 1000, T0 + 200, "T1", queue=0),  # due T0 + 2000, delivered
-    delay_delivery(1, T0 + 1100, "A"),
-    timer_delivery(T0 + 1000, T0 + 2000, "T1", queue=0),
-    delay(1, T0 + 2500, "C"),  # due T0 + 3500: pending
-    delay(3, T0 + 2600, "B"),  # due T0 + 5600: pending
-    line("Orders", 0, T0 + 3000, "plain-2"),  # the store's clock
+    line("Orders", 1, T0 + 100, "A", delayLevel=1),  # due T0 + 1100: delivered
+    line("Timed", 0, T0 + 200, "T1", deliverTimeMs=T0 + 2000),  # TIMER_OUT_MS T0 + 1000, due T0 + 2000: delivered
+    line("Orders", 1, T0 + 2500, "C", delayLevel=1),  # due T0 + 3500: pending
+    line("Orders", 1, T0 + 2600, "B", delayLevel=3),  # due T0 + 5600: pending
+    line("Orders", 0, T0 + 3000, "plain-2"),  # the run's clock
 ]
+# a timer record due T0 + 10000 and a delivery of it, as a broker's store may hold them
+D_TIMER = {"TIMER_OUT_MS": str(T0 + 9000), "REAL_TOPIC": "Timed", "REAL_QID": "1"}
 SECOND = [
-    timer(T0 + 9000, T0 + 4000, "D", queue=1),  # due T0 + 10000, delivered: after C and B, which are not
-    timer_delivery(T0 + 9000, T0 + 10000, "D", queue=1),
-    line("Orders", 0, T0 + 10500, "plain-3"),
+    line(TIMER, 0, T0 + 4000, "D", properties=D_TIMER),
+    line("Timed", 1, T0 + 4100, "D", properties={**D_TIMER, "TIMER_ENQUEUE_MS": str(T0 + 4000)}),  # C comes due
 ]
 
 
@@ -95,11 +78,16 @@ def test_export_writes_the_delay_offsets_as_the_broker_does(lake):
     stamp = json.loads(text.replace("{1:1,3:0", '{"1":1,"3":0'))["dataVersion"]
     assert text == delay_offsets_json({1: 1, 3: 0}, data_version=stamp["counter"], timestamp=stamp["timestamp"])
     assert '"offsetTable":{1:1,3:0\n\t}' in text  # fastjson's bare integer keys
-    assert parse_delay_offsets((lake["now"] / "config" / "delayOffset.json").read_text()) == {1: 1, 3: 0}
-    assert lake["metrics"]["delay_offsets"] == {"1": 1, "3": 0}
     # no timer pending then: a broker's timer wheel starts at the timer queue's head (T1 at 0 is delivered)
     checkpoint = (lake["then"] / "config" / "timercheck").read_bytes()
     assert len(checkpoint) == 4096 and struct.unpack_from(">qqqq", checkpoint) == (0, 0, 1, 1)
+
+    # now C is delivered too; D (timer queue offset 1) is pending in the lake
+    assert parse_delay_offsets((lake["now"] / "config" / "delayOffset.json").read_text()) == {1: 2, 3: 0}
+    assert lake["metrics"]["delay_offsets"] == {"1": 2, "3": 0}
+    checkpoint = (lake["now"] / "config" / "timercheck").read_bytes()
+    assert struct.unpack_from(">qqqq", checkpoint) == (0, 0, 1, 1)
+    assert (lake["metrics"]["timer_queue_offset"], lake["metrics"]["timer_redelivered"]) == (1, 0)
 
 
 def test_import_makes_the_next_ingest_deliver_what_the_broker_had_not(spark, lake):
@@ -130,12 +118,11 @@ def test_a_delivery_due_after_an_undelivered_one_is_delivered_again_rather_than_
     settings = make_settings(lake["root"] / "imported-now", *SETTINGS)
     metrics = import_store(spark, settings, store_dir=str(store))
     assert metrics["delay_offsets_differing"] == [1]
-    assert (metrics["schedule_delivered"], metrics["schedule_redelivered"]) == (3, 1)
+    assert (metrics["schedule_delivered"], metrics["schedule_redelivered"]) == (4, 1)
     state = Lake.from_settings(settings).state().schedule
-    assert state.delivered_until == T0 + 3499  # just before C's due: D (due T0 + 10000) is pending again
+    assert state.delivered_until == T0 + 5599  # just before B's due: D (due T0 + 10000) is pending again
     assert state.pending == {
         PendingKey(0, "Timed"): PendingGroup(1, T0 + 10000),
-        PendingKey(1, "Orders"): PendingGroup(1, T0 + 3500),
         PendingKey(3, "Orders"): PendingGroup(1, T0 + 5600),
     }
-    assert state.delay_offsets == {1: 1, 3: 0}  # the records, not the file
+    assert state.delay_offsets == {1: 2, 3: 0}  # the records, not the file
