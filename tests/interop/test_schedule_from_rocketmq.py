@@ -39,6 +39,9 @@ from rmqlake.formats.schedule import (
     route,
 )
 from rmqlake.formats.schedule import delivery as delivery_of
+from rmqlake.lake import Lake
+from rmqlake.steps.store import import_store
+from tests.conftest import make_settings
 from tests.interop import data, schedule
 
 pytestmark = pytest.mark.interop
@@ -181,3 +184,19 @@ def test_delay_offsets_hold_the_next_schedule_offset_per_level(broker):
     offsets = {int(level): int(offset) for level, offset in re.findall(r"(\d+)\s*:\s*(\d+)", table)}
     records = [u for u in broker.units if u["topic"] == SCHEDULE_TOPIC]
     assert offsets == {queue + 1: sum(1 for u in records if u["queue_id"] == queue) for queue in range(3)}
+
+
+@pytest.mark.spark
+def test_import_store_finds_every_scheduled_message_of_the_broker_delivered(spark, broker, tmp_path):
+    """``import-store`` of the broker's store: every re-routed record has its delivery there (the delay one keeps
+    DELAY/REAL_TOPIC/REAL_QID, the timer one REAL_TOPIC/REAL_QID and the wheel's stamps), so nothing is pending
+    and the delay offsets the records give are those of the broker's ``delayOffset.json``."""
+    settings = make_settings(tmp_path / "lake", *data.SIZES, f"broker.message_delay_level={schedule.DELAY_LEVELS}")
+    metrics = import_store(spark, settings, store_dir=str(broker.store))
+    re_routed = sum(1 for s in broker.sends if s["expect"] in ("delay", "timer"))
+    assert (metrics["schedule_delivered"], metrics["schedule_pending"]) == (re_routed, 0)
+    assert (metrics["schedule_redelivered"], metrics["schedule_unreadable"]) == (0, 0)
+    assert metrics["delay_offsets_file"] is True and metrics["delay_offsets_differing"] == []
+    state = Lake.from_settings(settings).state().schedule
+    assert (state.pending, state.pending_from) == ({}, None)
+    assert set(state.delay_offsets) == {1, 2, 3}
