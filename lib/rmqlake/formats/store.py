@@ -128,7 +128,7 @@ def subscription_groups_json(groups: Iterable[str], *, data_version: int, timest
 TIMER_CHECKPOINT = struct.Struct(">qqqqqqq")
 
 
-def timer_checkpoint(queue_offset: int, *, data_version: int, timestamp: int) -> bytes:
+def timer_checkpoint(queue_offset: int, *, data_version: int) -> bytes:
     """``config/timercheck`` (``TimerCheckpoint``, one 4096-byte page) of a broker whose timer wheel is empty.
 
     The wheel takes the timer topic's records from ``queue_offset`` on
@@ -136,9 +136,11 @@ def timer_checkpoint(queue_offset: int, *, data_version: int, timestamp: int) ->
     ``masterTimerQueueOffset``, so both are set); no timerlog written
     (``lastTimerLogFlushPos`` 0); the read position 0, which the broker moves
     to its own clock less the wheel's span, as it does without the file.
-    Then ``stateVersion``, ``timestamp`` and ``counter`` of its data version.
+    Then ``stateVersion``, ``timestamp`` and ``counter`` of its data version:
+    0, 0 (the broker reads no meaning into it) and ``data_version``, so that
+    the bytes depend on the lake's content only.
     """
-    head = TIMER_CHECKPOINT.pack(0, 0, queue_offset, queue_offset, 0, timestamp, data_version)
+    head = TIMER_CHECKPOINT.pack(0, 0, queue_offset, queue_offset, 0, 0, data_version)
     return head + bytes(CHECKPOINT_FILE_SIZE - len(head))
 
 

@@ -398,9 +398,7 @@ def _write_metadata(
         S.delay_offsets_json(scheduled.delay_offsets, data_version=entry.seq, timestamp=stamp)
     )
     if scheduled.timer_queue_offset is not None:  # without it a broker's wheel takes every timer record again
-        (config / "timercheck").write_bytes(
-            S.timer_checkpoint(scheduled.timer_queue_offset, data_version=entry.seq, timestamp=stamp)
-        )
+        (config / "timercheck").write_bytes(S.timer_checkpoint(scheduled.timer_queue_offset, data_version=entry.seq))
 
 
 # -- import ------------------------------------------------------------------------------------
