@@ -394,7 +394,8 @@ EXPLAINED: dict[str, tuple[str, list[str]]] = {
     ),
     "status": (
         "The store's state: commitlog and dispatch offsets, checkpoints, segments, queues, topics, disk\n"
-        "use and the disk-full flag, compaction positions and the last run of every job.",
+        "use and the disk-full flag, compaction positions, the last run of every job, and the delay-level\n"
+        "and timer deliveries not yet due (count and next due time per level and real topic).",
         ["rmqlake status", "rmqlake status --json"],
     ),
     "sql": (
@@ -795,6 +796,7 @@ def cmd_status(args, settings) -> int:
                 *({"kind": "queue", **q} for q in report["queues"]),
                 *({"kind": "topic", **t} for t in report["topics"]),
                 *({"kind": "run", **r} for r in report["runs"]),
+                *({"kind": "pending", **p} for p in report["pending"]),
             ],
         )
     else:
@@ -803,6 +805,9 @@ def cmd_status(args, settings) -> int:
         _emit(args, report["topics"])
         sys.stdout.write("\n")
         _emit(args, report["queues"])
+        if report["pending"]:
+            sys.stdout.write("\npending deliveries (delay levels and timers not yet due):\n")
+            _emit(args, report["pending"])
         for run in report["runs"]:
             details = ", ".join(f"{k}={v}" for k, v in run.items() if k != "job")
             sys.stdout.write(f"\nlast {run['job']}: {details}")

@@ -146,3 +146,20 @@ def test_index_switch_and_transaction_types(spark, tmp_path, java_oracle):
     metrics = reput(spark, off)
     assert metrics["index_entries"] == 0 and metrics["cq_units"] == 3
     assert not Lake.from_settings(off).exists("indexfile")
+
+
+def test_delay_topic_tags_code_reads_the_configured_delay_levels(spark, tmp_path):
+    """With messageDelayLevel "1s 2s 3s" a unit on the delay topic carries store time + its level's delay,
+    a level above 3 (clamped at the send) the 3rd level's; the broker's default table would give 5 s and 10 s."""
+    lines = [
+        {"topic": "OrderEvents", "body": body, "bornTimestamp": 7000, "delayLevel": level}
+        for body, level in (("two", 2), ("four", 4))
+    ]
+    path = tmp_path / "in" / "delay.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    settings = settings_for(tmp_path, "broker.message_delay_level=1s 2s 3s")
+    ingest(spark, settings, input_path=str(path))
+    reput(spark, settings)
+    cq = table(spark, settings, "consumequeue", ["commitlog_offset"])
+    assert [u["tags_code"] for u in cq if u["topic"] == "SCHEDULE_TOPIC_XXXX"] == [7000 + 2000, 7000 + 3000]

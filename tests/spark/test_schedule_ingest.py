@@ -23,7 +23,7 @@ from tests.spark.test_ingest import assert_matches_reference, write_jsonl
 pytestmark = pytest.mark.spark
 
 LEVELS = "1s 2s 3s 5s 10s 30s"  # short levels, so deliveries fall inside and between the runs
-TOPICS = {"Wide": 12, "OrderEvents": 8, "Clickstream": 4}  # Wide: REAL_QIDs of two digits
+TOPICS = {"Wide": 12, "OrderEvents": 8, "UserProfile": 4}  # Wide: REAL_QIDs of two digits; UserProfile: COMPACTION
 SEGMENT = 8192
 START = 1_764_000_000_000
 
@@ -41,7 +41,13 @@ def settings_for(tmp_path: Path, *overrides: str):
 
 
 def reference(java_oracle) -> RefBroker:
-    config = RefConfig(segment_size=SEGMENT, queue_counts=dict(TOPICS), delay_levels=LEVELS, timer_max_delay_sec=120)
+    config = RefConfig(
+        segment_size=SEGMENT,
+        queue_counts=dict(TOPICS),
+        compaction_topics=frozenset({"UserProfile"}),
+        delay_levels=LEVELS,
+        timer_max_delay_sec=120,
+    )
     return RefBroker(config, java_oracle)
 
 
@@ -69,6 +75,12 @@ def sends(rng: random.Random, *, start: int, count: int) -> list[dict]:
             line["keys"] = f"k{rng.randrange(50)}"
         if rng.random() < 0.3:
             line["tags"] = rng.choice(["a", "b"])
+        if rng.random() < 0.1:
+            line["transaction"] = rng.choice(["PREPARED", "COMMIT", "ROLLBACK"])  # only COMMIT is re-routed
+        if rng.random() < 0.1:
+            line["bornHost"] = "[2001:db8::7]:50000"  # wider records, and sysFlag bits the delivery keeps
+        if line["topic"] == "UserProfile" and rng.random() < 0.8:
+            line["keys"] = f"user-{rng.randrange(20)}"
         lines.append(line)
     return lines
 
@@ -90,12 +102,20 @@ def test_delays_and_timers_are_re_routed_and_delivered_as_the_reference_broker_d
         assert_matches_reference(spark, settings, broker)
         state = Lake.from_settings(settings).state().schedule
         assert state.delivered_until == broker.clock
-        assert state.pending_count == len(broker.scheduled) == metrics["pending_deliveries"]
         expected: dict[PendingKey, int] = {}
         for origin in broker.scheduled:
             key = PendingKey(origin["route"]["level"], origin["route"]["real_topic"])
             expected[key] = expected.get(key, 0) + 1
         assert {key: group.count for key, group in state.pending.items()} == expected
+        assert state.pending_count == len(broker.scheduled) == metrics["pending_deliveries"]
+        next_offsets = {}  # delayOffset.json: the next queue offset each level delivers
+        for level in range(1, len(LEVELS.split()) + 1):
+            waiting = [o["queue_offset"] for o in broker.scheduled if o["route"]["level"] == level]
+            if waiting or ("SCHEDULE_TOPIC_XXXX", level - 1) in broker.queue_heads:
+                next_offsets[level] = min(waiting, default=broker.queue_heads.get(("SCHEDULE_TOPIC_XXXX", level - 1)))
+        assert dict(state.delay_offsets) == next_offsets
+        if broker.scheduled:
+            assert state.pending_from <= min(o["physical_offset"] for o in broker.scheduled)
         for key, group in state.pending.items():
             dues = [o["route"]["due"] for o in broker.scheduled if PendingKey(o["route"]["level"],
                     o["route"]["real_topic"]) == key]  # fmt: skip
@@ -110,3 +130,79 @@ def _at(ms: int):
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def test_expiry_of_a_segment_loses_its_pending_deliveries_as_a_broker_does(spark, tmp_path):
+    """Delayed messages whose segment expires before they are due are gone (a broker's ScheduleMessageService
+    finds no record behind the queue unit): the state counts only what is left, which later runs deliver."""
+    from rmqlake.steps.expire import expire
+    from rmqlake.steps.quality import quality
+
+    lines = [
+        {"topic": "OrderEvents", "queueId": 0, "body": "x" * 600, "bornTimestamp": START + i * 1000, "delayLevel": 6}
+        for i in range(60)
+    ]
+    settings = settings_for(
+        tmp_path, "retention.file_reserved_hours=0", "retention.delete_when=04", "quality.report=false"
+    )
+    path = write_jsonl(tmp_path / "in" / "sends.jsonl", lines)
+    ingest(spark, settings, input_path=str(path))
+    lake = Lake.from_settings(settings)
+    before = lake.state().schedule
+    assert before.pending_count == 30  # due 30 s after their store time: the last 30 are not due by the last one
+    deleted = expire(spark, settings, now=_at(_next_hour(START, 4)))
+    assert deleted["segments_deleted"] > 0
+    lost = deleted["scheduled_deliveries_lost"]
+    after = Lake.from_settings(settings).state().schedule
+    left = [
+        row
+        for row in lake.read_arrow("commitlog", columns=["topic", "physical_offset", "store_timestamp"]).to_pylist()
+        if row["topic"] == "SCHEDULE_TOPIC_XXXX" and row["physical_offset"] >= deleted["min_physical_offset"]
+        and row["store_timestamp"] + 30_000 > before.delivered_until
+    ]  # fmt: skip
+    assert lost > 0 and after.pending_count == len(left) == before.pending_count - lost
+    assert after.pending_from >= deleted["min_physical_offset"]
+    checked = quality(spark, settings, suites=["schedule"])
+    assert [(s["suite"], s["failed"]) for s in checked["suites"]] == [("schedule.critical", 0)]
+
+
+def _next_hour(ms: int, hour: int) -> int:
+    """The first time after ``ms`` at ``hour``:00 UTC, a day later at least (so the reserved time has passed)."""
+    from datetime import UTC, datetime, timedelta
+
+    moment = datetime.fromtimestamp(ms / 1000, UTC).replace(hour=hour, minute=0, second=0, microsecond=0)
+    return int((moment + timedelta(days=1)).timestamp() * 1000)
+
+
+def test_the_real_topic_sees_a_delayed_message_only_from_its_delivery(spark, tmp_path):
+    """A pull of the real topic's queue and a key lookup on it find nothing while the message waits on the
+    schedule topic (where a key lookup on SCHEDULE_TOPIC_XXXX finds it), then the delivered record."""
+    from rmqlake.query import query_key, query_offset
+    from rmqlake.steps.reput import reput
+
+    settings = settings_for(tmp_path)
+    delayed = {"topic": "OrderEvents", "queueId": 2, "keys": "order-7", "body": "later", "bornTimestamp": START}
+    ingest(spark, settings, input_path=str(write_jsonl(tmp_path / "in" / "a.jsonl", [{**delayed, "delayLevel": 6}])))
+    reput(spark, settings)
+    lake = Lake.from_settings(settings)
+    sizes = {"segment_size": SEGMENT}
+
+    def lookups():
+        lake = Lake.from_settings(settings)
+        pulled = query_offset(lake, topic="OrderEvents", queue=2, offset=0, **sizes)["rows"]
+        keyed = query_key(lake, topic="OrderEvents", key="order-7", slots=settings.store.index_slots, **sizes)
+        waiting = query_key(lake, topic="SCHEDULE_TOPIC_XXXX", key="order-7", slots=settings.store.index_slots, **sizes)
+        return pulled, keyed["rows"], waiting["rows"]
+
+    pulled, keyed, waiting = lookups()
+    assert pulled == [] and keyed == []
+    assert [(m["queue_id"], m["store_timestamp"]) for m in waiting] == [(5, START)]  # level 6: queue 5
+    assert lake.state().schedule.pending_count == 1
+
+    later = {"topic": "OrderEvents", "queueId": 0, "body": "tick", "bornTimestamp": START + 60_000}
+    ingest(spark, settings, input_path=str(write_jsonl(tmp_path / "in" / "b.jsonl", [later])))
+    reput(spark, settings)
+    pulled, keyed, waiting = lookups()
+    assert [(m["body"], m["store_timestamp"]) for m in pulled] == [(b"later", START + 30_000)]
+    assert [m["physical_offset"] for m in keyed] == [m["physical_offset"] for m in pulled]
+    assert len(waiting) == 1  # the schedule topic keeps its record

@@ -6,7 +6,15 @@ import random
 
 import pytest
 
-from rmqlake.formats.consumequeue import cq_file_name, cq_position, decode_unit, dispatch_tags_code, encode_unit
+from rmqlake.formats.consumequeue import (
+    cq_file_name,
+    cq_position,
+    decode_unit,
+    delay_level,
+    dispatch_tags_code,
+    encode_unit,
+    parse_delay_levels,
+)
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.javahash import java_string_hash, select_queue_by_hash
 from rmqlake.formats.msgid import decode_offset_msg_id, uniq_key
@@ -161,6 +169,24 @@ def test_tags_code_of_the_delay_topic_is_the_delivery_time():
         == unit["tagsCode"]
     )
     assert dispatch_tags_code("TopicTest", "TagA", {"DELAY": "3"}, 0) == java_string_hash("TagA")
+
+
+def test_delay_topic_tags_code_follows_the_configured_levels():
+    """computeDeliverTimestamp with messageDelayLevel="1s 2s 3s": store time + the level's delay, the level
+    capped at the highest; a level <= 0 keeps the TAGS hash; DELAY on another topic changes nothing."""
+    levels = parse_delay_levels("1s 2s 3s")
+
+    def code(delay: str, topic: str = "SCHEDULE_TOPIC_XXXX") -> int:
+        return dispatch_tags_code(topic, "TagA", {"DELAY": delay}, 50_000, delay_levels=levels)
+
+    assert [code(str(level)) for level in (1, 2, 3)] == [51_000, 52_000, 53_000]
+    assert code("4") == code("18") == 53_000  # clamped to the highest configured level, not the default's 18th
+    assert code("0") == code("-2") == java_string_hash("TagA")
+    assert code("3", topic="TopicTest") == java_string_hash("TagA")
+    assert delay_level({"DELAY": "9"}, delay_levels=levels) == 3 and delay_level({}, delay_levels=levels) is None
+    # the default table: level 4 is 30 s; a table with a gap has no delay for the missing level: + 1000 ms
+    assert dispatch_tags_code("SCHEDULE_TOPIC_XXXX", None, {"DELAY": "4"}, 50_000) == 80_000
+    assert dispatch_tags_code("SCHEDULE_TOPIC_XXXX", None, {"DELAY": "2"}, 50_000, delay_levels={1: 5, 3: 7}) == 51_000
 
 
 def test_decoder_reports_corruption_with_position():

@@ -5,8 +5,15 @@ from __future__ import annotations
 import random
 
 import pyarrow as pa
+import pytest
 
-from rmqlake.formats.consumequeue import SCHEDULE_TOPIC, cq_file_name, dispatch_tags_code
+from rmqlake.formats.consumequeue import (
+    DEFAULT_DELAY_LEVELS,
+    SCHEDULE_TOPIC,
+    cq_file_name,
+    dispatch_tags_code,
+    parse_delay_levels,
+)
 from rmqlake.formats.indexfile import is_indexed, message_index_keys
 from rmqlake.formats.javahash import index_key_hash
 from rmqlake.formats.record import consumes_queue_offset
@@ -54,7 +61,9 @@ def _batch(count: int, seed: int) -> pa.RecordBatch:
     )
 
 
-def test_cq_units_equal_the_per_record_rules():
+@pytest.mark.parametrize("levels", [DEFAULT_DELAY_LEVELS, "1s 2s 3s"])
+def test_cq_units_equal_the_per_record_rules(levels):
+    delay_levels = parse_delay_levels(levels)
     batch = _batch(400, 1)
     expected = []
     for row in batch.to_pylist():
@@ -62,9 +71,11 @@ def test_cq_units_equal_the_per_record_rules():
             continue
         props = {} if row["delay_property"] is None else {"DELAY": row["delay_property"]}
         try:
-            code = dispatch_tags_code(row["topic"], row["tags"], props, row["store_timestamp"])
+            code = dispatch_tags_code(
+                row["topic"], row["tags"], props, row["store_timestamp"], delay_levels=delay_levels
+            )
         except ValueError:
-            code = dispatch_tags_code(row["topic"], row["tags"], {}, row["store_timestamp"])
+            code = dispatch_tags_code(row["topic"], row["tags"], {}, row["store_timestamp"], delay_levels=delay_levels)
         expected.append(
             (
                 row["topic"],
@@ -77,7 +88,8 @@ def test_cq_units_equal_the_per_record_rules():
                 cq_file_name(row["queue_offset"], 1000),
             )
         )
-    got = [tuple(r.values()) for r in cq_units_of_batch(batch, units_per_file=1000).to_pylist()]
+    units = cq_units_of_batch(batch, units_per_file=1000, delay_levels=delay_levels)
+    got = [tuple(r.values()) for r in units.to_pylist()]
     assert got == expected and len(got) > 100
 
 

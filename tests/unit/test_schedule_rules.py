@@ -15,6 +15,7 @@ from rmqlake.formats.schedule import (
     ScheduleRefused,
     ScheduleRules,
     delivery,
+    due_ms,
     java_long,
     route,
 )
@@ -173,3 +174,37 @@ def test_a_timer_record_and_its_delivery_match_the_broker_byte_for_byte():
 def test_only_schedule_and_timer_records_have_deliveries():
     with pytest.raises(ValueError, match="holds no scheduled messages"):
         delivery("Orders", sent(REAL_TOPIC="a", REAL_QID="0"), store_timestamp=NOW, due_ms=NOW, rules=RULES)
+
+
+def test_due_time_read_back_from_the_stored_record_is_the_one_route_gave():
+    """due_ms of what route stored (delay levels, a clamped level, timers in both forms) is Routed.due_ms."""
+    for props in (
+        sent(DELAY="2"),
+        sent(DELAY="9"),
+        sent(TIMER_DELAY_MS="4500"),
+        sent(TIMER_DELIVER_MS=str(NOW + 7000)),
+    ):
+        r = routed(props)
+        assert r.kind != "plain" and due_ms(r.topic, dict(r.properties), NOW, RULES) == r.due_ms
+    real = {"REAL_TOPIC": "Orders", "REAL_QID": "1"}
+    assert due_ms(SCHEDULE_TOPIC, {"DELAY": "3", **real}, 1000, RULES) == 4000
+    minute = ScheduleRules.of(message_delay_level="1m", timer_precision_ms=1, timer_max_delay_sec=1)
+    assert due_ms(SCHEDULE_TOPIC, {"DELAY": "1", **real}, 1000, minute) == 61_000
+    assert due_ms(TIMER_TOPIC, {"TIMER_OUT_MS": "5000", **real}, 1000, RULES) == 6000
+
+
+@pytest.mark.parametrize(
+    ("topic", "properties"),
+    [
+        ("Orders", {"DELAY": "3"}),  # not re-routed: delivered at once, never by the schedule
+        (SCHEDULE_TOPIC, {}),
+        (SCHEDULE_TOPIC, {"DELAY": "0"}),
+        (SCHEDULE_TOPIC, {"DELAY": "-1"}),
+        (SCHEDULE_TOPIC, {"DELAY": " 3"}),  # Integer.parseInt refuses it
+        (TIMER_TOPIC, {"TIMER_DELIVER_MS": "5000"}),
+        (TIMER_TOPIC, {"TIMER_OUT_MS": "soon"}),
+    ],
+)
+def test_no_due_time_for_a_record_the_broker_never_delivers(topic, properties):
+    assert due_ms(topic, {**properties, "REAL_TOPIC": "Orders", "REAL_QID": "1"}, 1000, RULES) is None
+    assert due_ms(SCHEDULE_TOPIC, {"DELAY": "3", "REAL_TOPIC": "Orders"}, 1000, RULES) is None  # no real queue

@@ -32,8 +32,8 @@ def parse_delay_levels(levels: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
     return table
 
 
-_DELAY_TABLE = parse_delay_levels()
-MAX_DELAY_LEVEL = max(_DELAY_TABLE)
+# the broker's default ``messageDelayLevel`` as {level: delay ms}
+DEFAULT_DELAY_TABLE = parse_delay_levels()
 
 
 def tags_code(tags: str | None) -> int:
@@ -41,8 +41,8 @@ def tags_code(tags: str | None) -> int:
     return java_string_hash(tags) if tags else 0
 
 
-def delay_level(properties: Mapping[str, str]) -> int | None:
-    """The DELAY level as the dispatcher reads it, capped at the highest level; ``None`` without DELAY.
+def delay_level(properties: Mapping[str, str], *, delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE) -> int | None:
+    """The DELAY level as the dispatcher reads it, capped at the highest of ``delay_levels``; ``None`` without DELAY.
 
     Raises:
         ValueError: DELAY is not an integer (``Integer.parseInt`` fails and
@@ -52,21 +52,29 @@ def delay_level(properties: Mapping[str, str]) -> int | None:
     if text is None:
         return None
     level = int(text)
-    return min(level, MAX_DELAY_LEVEL)
+    return min(level, max(delay_levels))
 
 
-def dispatch_tags_code(topic: str, tags: str | None, properties: Mapping[str, str], store_timestamp: int) -> int:
+def dispatch_tags_code(
+    topic: str,
+    tags: str | None,
+    properties: Mapping[str, str],
+    store_timestamp: int,
+    *,
+    delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE,
+) -> int:
     """tagsCode of a dispatched record.
 
     On ``SCHEDULE_TOPIC_XXXX`` with a positive DELAY level it is the delivery
-    time (``storeTimestamp`` + the level's delay, + 1000 ms for an unknown
-    level); otherwise the TAGS hash.
+    time (``computeDeliverTimestamp``: ``storeTimestamp`` + the level's delay
+    in ``delay_levels``, the broker's ``messageDelayLevel``, the level capped
+    at the highest; + 1000 ms for a level the table lacks); otherwise the TAGS hash.
     """
     code = tags_code(tags)
     if topic == SCHEDULE_TOPIC:
-        level = delay_level(properties)
+        level = delay_level(properties, delay_levels=delay_levels)
         if level is not None and level > 0:
-            code = store_timestamp + _DELAY_TABLE.get(level, 1000)
+            code = store_timestamp + delay_levels.get(level, 1000)
     return code
 
 

@@ -34,6 +34,7 @@ from rmqlake.formats.schedule import (
     java_long,
 )
 from rmqlake.ingest.scratch import NARROW_SCHEMA, SCRATCH_BATCH_ROWS, SCRATCH_COLUMNS
+from rmqlake.lake.state import PendingGroup, PendingKey, ScheduleState
 from rmqlake.lake.tables import columns
 
 SCHEDULED_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC)
@@ -195,3 +196,69 @@ def real_topics(records: pa.Table) -> list[str]:
 def real_queues(records: pa.Table) -> list[int]:
     """The REAL_QID of each record."""
     return [java_long(dict(pairs)[REAL_QID], bits=32) for pairs in records.column("properties").to_pylist()]
+
+
+def pending_as_rows(schedule: ScheduleState) -> list[dict]:
+    """The state's pending groups as the rows a scan of the origins gives (nothing of them is due yet)."""
+    return [
+        {"level": key.level, "topic": key.topic, "count": group.count, "next_due": group.next_due,
+         "min_offset": schedule.pending_from, "min_queue_offset": schedule.delay_offsets.get(key.level)}
+        for key, group in schedule.pending.items()
+    ]  # fmt: skip
+
+
+def schedule_after(
+    before: ScheduleState | None,
+    *,
+    clock: int | None,
+    earlier_pending: list[dict],
+    this_run_pending: list,
+    pending_delays: list[dict],
+    start_offset: int,
+    queue_heads,
+    rules,
+) -> ScheduleState | None:
+    """The schedule state after the run: its clock, what is pending and where each delay level's next delivery is.
+
+    A lake that never held a delay-level or timer record keeps no section.
+    """
+    on_schedule = {queue: head for (topic, queue), head in queue_heads.items() if topic == SCHEDULE_TOPIC}
+    if before is None and not on_schedule and not any(topic == TIMER_TOPIC for topic, _ in queue_heads):
+        return None
+    pending: dict[PendingKey, PendingGroup] = {}
+
+    def add(key: PendingKey, count: int, due: int) -> None:
+        known = pending.get(key)
+        pending[key] = (
+            PendingGroup(count, due) if known is None else PendingGroup(known.count + count, min(known.next_due, due))
+        )
+
+    offsets = [row["min_offset"] for row in earlier_pending if row["min_offset"] is not None]
+    for row in earlier_pending:
+        add(PendingKey(row["level"], row["topic"]), row["count"], row["next_due"])
+    dues = {}  # the earliest due of each group over the partitions that counted it
+    for row in this_run_pending:
+        if row.kind == "pending_due":
+            dues[(row.topic, row.queue_id)] = min(dues.get((row.topic, row.queue_id), row.value), row.value)
+    for row in this_run_pending:
+        if row.kind == "pending":
+            add(PendingKey(row.queue_id, row.topic), row.value, dues[(row.topic, row.queue_id)])
+    if this_run_pending:
+        offsets.append(start_offset)  # this run's origins are all at or after where it started
+    next_delivery: dict[int, int] = {}
+    for row in [*earlier_pending, *pending_delays]:
+        offset = row.get("min_queue_offset", row.get("queue_offset"))
+        if row["level"] > 0 and offset is not None:
+            next_delivery[row["level"]] = min(next_delivery.get(row["level"], offset), offset)
+    delay_offsets = {}
+    for level in rules.delay_levels:
+        if level in next_delivery:
+            delay_offsets[level] = next_delivery[level]
+        elif level - 1 in on_schedule:
+            delay_offsets[level] = on_schedule[level - 1]
+    return ScheduleState(
+        delivered_until=clock,
+        pending_from=min(offsets) if pending else None,
+        pending=pending,
+        delay_offsets=delay_offsets,
+    )

@@ -287,6 +287,7 @@ class LineParser:
         if options.cluster_name:
             merged[CLUSTER] = options.cluster_name
         real_queue_round_robin = None
+        routed = None
         if topic != SCHEDULE_TOPIC and (DELAY in merged or not merged.keys().isdisjoint(TIMER_PROPERTIES)):
             try:
                 routed = route(
@@ -299,12 +300,12 @@ class LineParser:
                 )
             except ScheduleRefused as refused:
                 raise Rejection(f"the broker refuses this send: {refused}") from None
-            if routed.kind != "plain":
-                real_queue_round_robin = queue_id is None
-                topic, queue_id, info = routed.topic, routed.queue_id, self.topic(routed.topic)
-            properties = routed.properties
+        if routed is not None and routed.kind != "plain":
+            real_queue_round_robin = queue_id is None
+            topic, queue_id, info = routed.topic, routed.queue_id, self.topic(routed.topic)
+            properties = routed.properties  # in storage order
             properties_bytes = serialize_properties(properties)
-        else:
+        else:  # stored as sent (a PREPARED or ROLLBACK one, a timer already due): its map is unchanged
             names = tuple(merged)
             order, template = self.layout(names)
             values = [merged[name] for name in order]

@@ -10,14 +10,15 @@ from the stored fields, never copied from the stored results.
 
 from __future__ import annotations
 
-from functools import reduce
+from collections.abc import Mapping
+from functools import partial, reduce
 from operator import and_
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from rmqlake.formats.consumequeue import dispatch_tags_code
+from rmqlake.formats.consumequeue import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC, delay_level, dispatch_tags_code
 from rmqlake.formats.crc import body_crc
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.indexfile import message_index_keys
@@ -30,7 +31,9 @@ from rmqlake.formats.record import (
     record_size,
 )
 from rmqlake.formats.retention import DISK_PRESSURE, EXPIRED, FORCED, HOUR_MS, MANUAL
+from rmqlake.formats.schedule import REAL_QID, REAL_TOPIC, TIMER_TOPIC, ScheduleRules, due_ms, java_long
 from rmqlake.lake.spark_io import derived_column
+from rmqlake.lake.state import ScheduleState
 from rmqlake.lake.tables import COMMITLOG, Schema, columns
 from rmqlake.transforms.columns import dispatchable
 from rmqlake.transforms.compaction import compaction_key
@@ -204,7 +207,7 @@ def expiry_frame(segments: DataFrame, *, as_of: int | None, reserved_hours: int)
     )
 
 
-def _message_facts(batches):
+def _message_facts(batches, *, delay_levels: Mapping[int, int]):
     """Per message: the CQ tagsCode the dispatcher computes and the hashes of its index keys."""
     for batch in batches:
         columns = batch.to_pydict()
@@ -219,16 +222,17 @@ def _message_facts(batches):
             strict=True,
         ):
             try:
-                codes.append(dispatch_tags_code(topic, tags, dict(properties or []), stored))
+                codes.append(dispatch_tags_code(topic, tags, dict(properties or []), stored, delay_levels=delay_levels))
             except ValueError:  # a DELAY the broker cannot parse: the unit cannot be right
                 codes.append(None)
             hashes.append([index_key_hash(key) for key in message_index_keys(topic, uniq, keys)])
         yield _carry(batch, FACTS, EXPECTED, {"expected_tags_code": codes, "key_hashes": hashes})
 
 
-def message_facts(commitlog: DataFrame) -> DataFrame:
+def message_facts(commitlog: DataFrame, *, delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE) -> DataFrame:
     """``physical_offset``, ``total_size``, ``topic``, ``queue_id``, ``queue_offset`` of each live message,
-    with ``expected_tags_code`` and ``key_hashes`` recomputed by the formats rules."""
+    with ``expected_tags_code`` (under the broker's ``delay_levels``) and ``key_hashes`` recomputed by the
+    formats rules."""
     return commitlog.select(
         *FACTS,
         "tags",
@@ -236,11 +240,18 @@ def message_facts(commitlog: DataFrame) -> DataFrame:
         "store_timestamp",
         "uniq_key",
         F.element_at("properties", F.lit("KEYS")).alias("keys_property"),
-    ).mapInArrow(_message_facts, _frame(FACTS, EXPECTED).ddl)
+    ).mapInArrow(partial(_message_facts, delay_levels=dict(delay_levels)), _frame(FACTS, EXPECTED).ddl)
 
 
-def consumequeue_frame(consumequeue: DataFrame, commitlog: DataFrame, min_offsets: DataFrame) -> DataFrame:
-    """CQ units with the facts of the message each points to.
+def consumequeue_frame(
+    consumequeue: DataFrame,
+    commitlog: DataFrame,
+    min_offsets: DataFrame,
+    *,
+    delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE,
+) -> DataFrame:
+    """CQ units with the facts of the message each points to (``delay_levels``: the broker's
+    ``messageDelayLevel`` as {level: ms}, for the delay topic's tagsCode).
 
     ``min_offsets`` (``topic``, ``queue_id``, ``min_offset``) are the queue
     min offsets expiry corrected; units below a queue's min offset are the
@@ -251,7 +262,7 @@ def consumequeue_frame(consumequeue: DataFrame, commitlog: DataFrame, min_offset
     * ``tags_code_matches``: the unit's tags_code is the dispatcher's;
     * ``follows_previous``: queue offsets contiguous from the queue's min.
     """
-    messages = message_facts(commitlog).select(
+    messages = message_facts(commitlog, delay_levels=delay_levels).select(
         F.col("physical_offset").alias("commitlog_offset"),
         F.col("total_size"),
         F.col("topic").alias("message_topic"),
@@ -424,3 +435,200 @@ def consumer_offsets_frame(offsets: DataFrame, bounds: DataFrame) -> DataFrame:
         F.when(known, F.col("offset") >= F.col("min_offset")).alias("above_min"),
         F.when(known, F.col("offset") <= F.col("max_offset")).alias("within_max"),
     )
+
+
+# A record stored on the delay or timer topic, with where and when the broker delivers it.
+SCHEDULED = columns(
+    ("physical_offset", "bigint", "the record's physical offset"),
+    ("topic", "string", "SCHEDULE_TOPIC_XXXX or the timer topic"),
+    ("queue_id", "int", "its queue there"),
+    ("queue_offset", "bigint", "its queue offset there"),
+    ("uniq_key", "string", "its UNIQ_KEY, which its delivery keeps"),
+    ("real_topic", "string", "REAL_TOPIC: the topic it is delivered to"),
+    ("real_qid", "int", "REAL_QID: the queue it is delivered to"),
+    ("level", "int", "its delay level, capped at the highest (0: a timer)"),
+    ("due", "bigint", "when the broker delivers it: its delivery's store time (formats.schedule.due_ms)"),
+)
+SCHEDULE_PROBLEMS = columns(
+    ("record", "string", "the schedule record(s) or the pending group the row is about"),
+    ("due_delivery_problem", "string", "what is wrong with the deliveries of a record that is due (null: right)"),
+    ("early_delivery_problem", "string", "a delivery of a record not yet due (null: none)"),
+    ("pending_problem", "string", "how a pending group differs from the lake state's (null: the same)"),
+)
+_LINK = ["uniq_key", "real_topic", "real_qid", "due"]
+
+
+def _scheduled(batches, *, rules: ScheduleRules):
+    """The records of the schedule topics the broker delivers (``due_ms`` not null), with their due time."""
+    for batch in batches:
+        columns = batch.to_pydict()
+        out: dict[str, list] = {name: [] for name in SCHEDULED.names}
+        for row in range(batch.num_rows):
+            topic, properties = columns["topic"][row], dict(columns["properties"][row] or [])
+            due = due_ms(topic, properties, columns["store_timestamp"][row], rules)
+            if due is None:
+                continue
+            for name in ("physical_offset", "topic", "queue_id", "queue_offset", "uniq_key"):
+                out[name].append(columns[name][row])
+            out["real_topic"].append(properties[REAL_TOPIC])
+            out["real_qid"].append(java_long(properties[REAL_QID], bits=32))
+            level = 0 if topic == TIMER_TOPIC else delay_level(properties, delay_levels=rules.delay_levels)
+            out["level"].append(level)
+            out["due"].append(due)
+        yield pa.RecordBatch.from_pydict(out, schema=SCHEDULED.arrow_schema)
+
+
+def schedule_frame(commitlog: DataFrame, *, schedule: ScheduleState | None, rules: ScheduleRules) -> DataFrame:
+    """Each schedule record's deliveries, and each pending group, against the lake state's ``schedule``.
+
+    A schedule record is a message on ``SCHEDULE_TOPIC_XXXX`` or the timer topic
+    that the broker delivers (``due_ms``). Its delivery is a message on its
+    ``REAL_TOPIC`` and ``REAL_QID`` with its UNIQ_KEY, stored at its due time;
+    records sharing all four are matched by count. One row per such group of
+    records (``record`` names the first by topic, queue, queue offset and
+    UNIQ_KEY) and one per pending group (level or timer, real topic):
+
+    * ``due_delivery_problem``: due at or before the clock the lake delivered
+      up to (``delivered_until``), yet without exactly one delivery each;
+    * ``early_delivery_problem``: not yet due, yet delivered;
+    * ``pending_problem``: the records not yet due, counted per group with
+      the first due time, differ from the state's ``pending``, or one is
+      below the state's ``pending_from``.
+
+    Messages are scanned for deliveries only from the first schedule record
+    on; a lake without any reads the schedule topics' rows only.
+    """
+    spark = commitlog.sparkSession
+    clock = schedule.delivered_until if schedule else None
+    stored = commitlog.filter(F.col("topic").isin(SCHEDULE_TOPIC, TIMER_TOPIC) & dispatchable())
+    first_offset = stored.agg(F.min("physical_offset")).first()[0]
+    state_groups = spark.createDataFrame(
+        [
+            (key.level, key.topic, group.count, group.next_due)
+            for key, group in (schedule.pending if schedule else {}).items()
+        ],
+        "level int, real_topic string, state_count bigint, state_next_due bigint",
+    )
+    if first_offset is None:
+        scheduled = spark.createDataFrame([], SCHEDULED.ddl)
+    else:
+        scheduled = stored.select(
+            "physical_offset", "topic", "queue_id", "queue_offset", "uniq_key", "properties", "store_timestamp"
+        ).mapInArrow(partial(_scheduled, rules=rules), SCHEDULED.ddl)
+    is_due = F.col("due") <= F.lit(clock) if clock is not None else F.lit(False)
+    clock_text = F.lit("never" if clock is None else str(clock))
+
+    groups = scheduled.groupBy(*_LINK).agg(
+        F.count(F.lit(1)).alias("records"),
+        F.min(F.struct("physical_offset", "topic", "queue_id", "queue_offset")).alias("first"),
+    )
+    if first_offset is None:
+        delivered = spark.createDataFrame(
+            [], "uniq_key string, real_topic string, real_qid int, due bigint, deliveries bigint"
+        )
+    else:
+        delivered = (
+            commitlog.filter(
+                (F.col("physical_offset") > F.lit(first_offset))
+                & ~F.col("topic").isin(SCHEDULE_TOPIC, TIMER_TOPIC)
+                & F.col("uniq_key").isNotNull()
+            )
+            .select(
+                "uniq_key",
+                F.col("topic").alias("real_topic"),
+                F.col("queue_id").alias("real_qid"),
+                F.col("store_timestamp").alias("due"),
+            )
+            .join(groups.select(*_LINK), _LINK, "left_semi")
+            .groupBy(*_LINK)
+            .agg(F.count(F.lit(1)).alias("deliveries"))
+        )
+    rows = groups.join(delivered, _LINK, "left").withColumn("deliveries", F.coalesce("deliveries", F.lit(0)))
+    record = F.concat(
+        F.format_string(
+            "%s queue %d offset %d (uniq key %s)", "first.topic", "first.queue_id", "first.queue_offset", "uniq_key"
+        ),
+        F.when(
+            F.col("records") > 1,
+            F.format_string(" and %d more with that uniq key, real queue and due time", F.col("records") - 1),
+        ).otherwise(F.lit("")),
+    )
+    target = F.format_string("%s queue %d stored at %d", "real_topic", "real_qid", "due")
+    deliveries = rows.select(
+        record.alias("record"),
+        F.when(
+            is_due & (F.col("deliveries") != F.col("records")),
+            F.format_string(
+                "%s, due at %d (delivered up to %s): %d delivery record(s) on %s, expected %d",
+                record,
+                "due",
+                clock_text,
+                "deliveries",
+                target,
+                "records",
+            ),
+        ).alias("due_delivery_problem"),
+        F.when(
+            ~is_due & (F.col("deliveries") > 0),
+            F.format_string(
+                "%s, due at %d, after the clock the lake delivered up to (%s): %d delivery record(s) on %s",
+                record,
+                "due",
+                clock_text,
+                "deliveries",
+                target,
+            ),
+        ).alias("early_delivery_problem"),
+        F.lit(None).cast("string").alias("pending_problem"),
+    )
+
+    lake_groups = (
+        scheduled.filter(~is_due)
+        .groupBy("level", "real_topic")
+        .agg(
+            F.count(F.lit(1)).alias("lake_count"),
+            F.min("due").alias("lake_next_due"),
+            F.min("physical_offset").alias("lake_first_offset"),
+        )
+    )
+    pending = lake_groups.join(state_groups, ["level", "real_topic"], "full")
+    group = F.format_string(
+        "pending %s to %s",
+        F.when(F.col("level") == 0, F.lit("timers")).otherwise(F.format_string("delay level %d", "level")),
+        "real_topic",
+    )
+    same = (F.coalesce("lake_count", F.lit(0)) == F.coalesce("state_count", F.lit(0))) & F.col(
+        "lake_next_due"
+    ).eqNullSafe(F.col("state_next_due"))
+    # ingest looks for the records to deliver from pending_from on: one below it would never be delivered
+    pending_from = schedule.pending_from if schedule else None
+    below = F.col("lake_first_offset") < F.lit(pending_from if pending_from is not None else 2**63 - 1)
+    count_problem = F.when(
+        ~same,
+        F.format_string(
+            "%s: %d record(s) not yet due (first due %s) where the lake state has %d (first due %s)",
+            group,
+            F.coalesce("lake_count", F.lit(0)),
+            F.coalesce(F.col("lake_next_due").cast("string"), F.lit("-")),
+            F.coalesce("state_count", F.lit(0)),
+            F.coalesce(F.col("state_next_due").cast("string"), F.lit("-")),
+        ),
+    )
+    from_problem = F.when(
+        below,
+        F.format_string(
+            "%s: its first record not yet due, at physical offset %d, is below the lake state's pending_from %s",
+            group,
+            "lake_first_offset",
+            F.lit(str(pending_from)),
+        ),
+    )
+    pendings = pending.select(
+        group.alias("record"),
+        F.lit(None).cast("string").alias("due_delivery_problem"),
+        F.lit(None).cast("string").alias("early_delivery_problem"),
+        F.when(
+            count_problem.isNotNull() | from_problem.isNotNull(), F.concat_ws("; ", count_problem, from_problem)
+        ).alias("pending_problem"),
+    )
+    return deliveries.unionByName(pendings)

@@ -169,6 +169,27 @@ def _compaction_critical(settings: Settings) -> list:
     ]
 
 
+def _null(column: str, description: str) -> gxe.Expectation:
+    """Every row has ``column`` null; a value is what is wrong, naming the record (GX lists the first ones)."""
+    return gxe.ExpectColumnValuesToBeNull(column=column, description=description)
+
+
+def _schedule_critical(settings: Settings) -> list:
+    return [
+        _null(
+            "due_delivery_problem",
+            "every delay or timer record due by the lake's delivery clock has exactly one delivery on its real "
+            "topic and queue, stored at its due time",
+        ),
+        _null("early_delivery_problem", "no delay or timer record due after the lake's delivery clock is delivered"),
+        _null(
+            "pending_problem",
+            "the records not yet due, per delay level or timer and real topic, are the lake state's pending "
+            "deliveries (count and first due time)",
+        ),
+    ]
+
+
 def _commitlog_warning(settings: Settings) -> list:
     return [
         gxe.ExpectColumnValuesToBeUnique(
@@ -238,7 +259,12 @@ SUITES: dict[str, Suite] = {
         Suite(
             "consumequeue.critical",
             ("consumequeue", "commitlog"),
-            lambda t, settings: frames.consumequeue_frame(t["consumequeue"], t["commitlog"], t["queue_min_offsets"]),
+            lambda t, settings: frames.consumequeue_frame(
+                t["consumequeue"],
+                t["commitlog"],
+                t["queue_min_offsets"],
+                delay_levels=settings.schedule_rules().delay_levels,
+            ),
             _consumequeue_critical,
         ),
         Suite(
@@ -248,6 +274,14 @@ SUITES: dict[str, Suite] = {
                 t["indexfile"], t["indexfile_header"], t["commitlog"], t["min_physical_offset"]
             ),
             _indexfile_critical,
+        ),
+        Suite(
+            "schedule.critical",
+            ("commitlog",),
+            lambda t, settings: frames.schedule_frame(
+                t["commitlog"], schedule=t["schedule"], rules=settings.schedule_rules()
+            ),
+            _schedule_critical,
         ),
         Suite(
             "commitlog.warning",

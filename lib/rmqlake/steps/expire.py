@@ -29,6 +29,8 @@ from rmqlake.errors import CheckFailedError
 from rmqlake.formats import retention as R
 from rmqlake.formats.consumequeue import CQ_UNIT_SIZE
 from rmqlake.formats.indexfile import index_file_size
+from rmqlake.ingest.deliveries import schedule_after
+from rmqlake.ingest.tasks import earlier_deliveries
 from rmqlake.lake import Lake
 from rmqlake.lake.actions import DataFile, parquet_stats
 from rmqlake.lake.spark_io import read_table
@@ -233,10 +235,21 @@ def _expire(spark, settings: Settings, step: StepRun, *, dry_run: bool, manual: 
         manual_runs_left=trigger.manual_runs_left,
         queue_min_offsets=min_offsets,
     )
+    schedule = run.state.schedule
+    if doomed and schedule is not None and schedule.pending_from is not None and schedule.pending_from < new_min:
+        with stages("pending deliveries"):
+            schedule, lost = _pending_after_expiry(spark, lake, settings, run.state, min_physical_offset=new_min)
+        metrics["scheduled_deliveries_lost"] = lost
+        if lost:
+            log.warning(
+                "%d delay-level or timer messages not yet due were in the deleted segments: a broker loses them "
+                "too (their deliveries will never be appended)",
+                lost,
+            )
     summary = {k: v for k, v in metrics.items() if k not in ("segments", "data_loss", "segments_retained")}
     summary["segments_retained"] = len(kept)
     with stages("commit"):
-        versions = step.commit(replace(run.state, expire=state), record=summary)
+        versions = step.commit(replace(run.state, expire=state, schedule=schedule), record=summary)
     return {
         **metrics,
         "status": "deleted" if doomed else "nothing_to_delete",
@@ -245,6 +258,35 @@ def _expire(spark, settings: Settings, step: StepRun, *, dry_run: bool, manual: 
         "seconds": _since(started),
         "stage_seconds": stages.seconds,
     }
+
+
+def _pending_after_expiry(spark, lake: Lake, settings: Settings, state: LakeState, *, min_physical_offset: int):
+    """The schedule state once the segments below ``min_physical_offset`` are gone, and how many pending
+    deliveries went with them (their origins are read again from what is left)."""
+    schedule = state.schedule
+    _, _, pending = earlier_deliveries(
+        spark,
+        lake,
+        None,
+        first_split=0,
+        pending_from=min_physical_offset,
+        delivered_until=schedule.delivered_until,
+        clock=schedule.delivered_until,  # nothing comes due: the scan only counts what is still pending
+        rules=settings.schedule_rules(),
+        segment_size=settings.store.commitlog_segment_size,
+    )
+    after = schedule_after(
+        None,
+        clock=schedule.delivered_until,
+        earlier_pending=pending,
+        this_run_pending=[],
+        pending_delays=[],
+        start_offset=min_physical_offset,
+        queue_heads=state.commitlog.queue_heads if state.commitlog else {},
+        rules=settings.schedule_rules(),
+    )
+    after = after or replace(schedule, pending={}, pending_from=None)
+    return after, schedule.pending_count - after.pending_count
 
 
 def _check_inputs(settings: Settings, state: LakeState, *, now_ms: int) -> dict:

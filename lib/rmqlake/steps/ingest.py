@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from rmqlake.config import Settings
 from rmqlake.errors import ConfigError, RefusedError, UsageError
-from rmqlake.formats.schedule import SCHEDULE_TOPIC, TIMER_TOPIC
+from rmqlake.ingest.deliveries import pending_as_rows, schedule_after
 from rmqlake.ingest.files import Fingerprint, InputFile, resolve_inputs
 from rmqlake.ingest.lines import ParseOptions
 from rmqlake.ingest.plan import merge_segment_aggregates
@@ -32,10 +32,7 @@ from rmqlake.lake import Lake, LakeRun
 from rmqlake.lake.state import (
     CommitlogState,
     LakeState,
-    PendingGroup,
-    PendingKey,
     QueueId,
-    ScheduleState,
     TopicTotals,
 )
 from rmqlake.progress import Stages, spark_description, spark_progress
@@ -217,7 +214,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
         (t for t in (schedule.delivered_until if schedule else None, last_stored, clock_ms) if t is not None),
         default=None,
     )
-    earlier_pending: list[dict] = [] if schedule is None else _pending_as_rows(schedule)
+    earlier_pending: list[dict] = [] if schedule is None else pending_as_rows(schedule)
     earlier_delivered = 0
     if (
         clock is not None
@@ -315,7 +312,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
     if batch_segments or not lake.exists("segments"):
         run.stage_arrow("segments", pa.Table.from_pylist(new_segments, schema=_segments_schema()), mode="overwrite")
     run.stage_arrow("ingest_files", _ingest_file_rows(new, per_file, batch_id, now), mode="append")
-    schedule = _schedule_after(
+    schedule = schedule_after(
         schedule,
         clock=clock,
         earlier_pending=earlier_pending,
@@ -391,69 +388,6 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
 
 # The commitlog's source_file of a delivery whose origin an earlier run stored.
 DELIVERY_SOURCE = "(scheduled delivery)"
-
-
-def _pending_as_rows(schedule: ScheduleState) -> list[dict]:
-    """The state's pending groups as the rows a scan of the origins gives (nothing of them is due yet)."""
-    return [
-        {"level": key.level, "topic": key.topic, "count": group.count, "next_due": group.next_due,
-         "min_offset": schedule.pending_from, "min_queue_offset": schedule.delay_offsets.get(key.level)}
-        for key, group in schedule.pending.items()
-    ]  # fmt: skip
-
-
-def _schedule_after(
-    before: ScheduleState | None,
-    *,
-    clock: int | None,
-    earlier_pending: list[dict],
-    this_run_pending: list,
-    pending_delays: list[dict],
-    start_offset: int,
-    queue_heads,
-    rules,
-) -> ScheduleState | None:
-    """The schedule state after the run: its clock, what is pending and where each delay level's next delivery is.
-
-    A lake that never held a delay-level or timer record keeps no section.
-    """
-    on_schedule = {queue: head for (topic, queue), head in queue_heads.items() if topic == SCHEDULE_TOPIC}
-    if before is None and not on_schedule and not any(topic == TIMER_TOPIC for topic, _ in queue_heads):
-        return None
-    pending: dict[PendingKey, PendingGroup] = {}
-
-    def add(key: PendingKey, count: int, due: int) -> None:
-        known = pending.get(key)
-        pending[key] = (
-            PendingGroup(count, due) if known is None else PendingGroup(known.count + count, min(known.next_due, due))
-        )
-
-    offsets = [row["min_offset"] for row in earlier_pending if row["min_offset"] is not None]
-    for row in earlier_pending:
-        add(PendingKey(row["level"], row["topic"]), row["count"], row["next_due"])
-    counts = {(r.topic, r.queue_id): r.value for r in this_run_pending if r.kind == "pending"}
-    dues = {(r.topic, r.queue_id): r.value for r in this_run_pending if r.kind == "pending_due"}
-    for (topic, level), count in counts.items():
-        add(PendingKey(level, topic), count, dues[(topic, level)])
-    if counts:
-        offsets.append(start_offset)  # this run's origins are all at or after where it started
-    next_delivery: dict[int, int] = {}
-    for row in [*earlier_pending, *pending_delays]:
-        offset = row.get("min_queue_offset", row.get("queue_offset"))
-        if row["level"] > 0 and offset is not None:
-            next_delivery[row["level"]] = min(next_delivery.get(row["level"], offset), offset)
-    delay_offsets = {}
-    for level in rules.delay_levels:
-        if level in next_delivery:
-            delay_offsets[level] = next_delivery[level]
-        elif level - 1 in on_schedule:
-            delay_offsets[level] = on_schedule[level - 1]
-    return ScheduleState(
-        delivered_until=clock,
-        pending_from=min(offsets) if pending else None,
-        pending=pending,
-        delay_offsets=delay_offsets,
-    )
 
 
 def _log_rejects(lake: Lake, run: LakeRun, files, *, limit: int) -> None:

@@ -182,8 +182,9 @@ def _result(status: str, summaries: list[dict], context, started: float) -> dict
 def suite_inputs(spark, lake: Lake, state: LakeState, names: list[str]) -> dict:
     """What suite frames read: the tables ``names`` as DataFrames, the queue min offsets expiry corrected
     (``queue_min_offsets``: topic, queue_id, min_offset), the commitlog's ``min_physical_offset``, each
-    COMPACTION topic's ``compaction_positions``, ``expire_as_of`` (the last applied expiry run's time) and
-    ``queue_bounds`` (topic, queue_id, min_offset, max_offset)."""
+    COMPACTION topic's ``compaction_positions``, ``expire_as_of`` (the last applied expiry run's time),
+    ``queue_bounds`` (topic, queue_id, min_offset, max_offset) and ``schedule`` (the delay-level and timer
+    deliveries' state, ``None`` before any)."""
     inputs: dict = {name: read_table(spark, lake, name) for name in names}
     inputs["queue_min_offsets"] = spark.createDataFrame(
         [(topic, queue, value) for (topic, queue), value in sorted(state.queue_min_offsets.items())],
@@ -196,6 +197,7 @@ def suite_inputs(spark, lake: Lake, state: LakeState, names: list[str]) -> dict:
         "topic string, queue_id int, min_offset bigint, max_offset bigint",
     )
     inputs["compaction_positions"] = dict(state.compaction.positions) if state.compaction else {}
+    inputs["schedule"] = state.schedule
     return inputs
 
 

@@ -80,7 +80,9 @@ def _reput(spark, settings: Settings, step: StepRun) -> dict:
     messages = T.dispatch_requests(commitlog.filter(F.col("physical_offset") >= dispatched))
     partitions = max(settings.spark.shuffle_partitions, 1)
     with stages("consume queue") as note:
-        units = T.consume_queue_units(messages, units_per_file=store.cq_units_per_file)
+        units = T.consume_queue_units(
+            messages, units_per_file=store.cq_units_per_file, delay_levels=settings.schedule_rules().delay_levels
+        )
         # One task per CQ file (at most cq_units_per_file units each, so the work per task is bounded): one data
         # file per CQ file, and no sampling pass that a range partitioning would make over the Python step.
         cq_files = stage_dataframe(

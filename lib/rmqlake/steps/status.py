@@ -7,12 +7,16 @@ from collections.abc import Mapping
 
 from rmqlake.config import Settings
 from rmqlake.lake import Lake
-from rmqlake.lake.state import CommitlogState, ExpireState, ReputState, RunRecord
+from rmqlake.lake.state import CommitlogState, ExpireState, ReputState, RunRecord, ScheduleState
 from rmqlake.timeutil import iso
 
 
 def status(settings: Settings, *, lake: Lake | None = None) -> dict:
-    """Store state, as ``{"store": {...}, "topics": [...], "queues": [...]}``.
+    """Store state, as ``{"store": {...}, "topics": [...], "queues": [...], "runs": [...], "pending": [...]}``.
+
+    ``pending``: the delay-level and timer deliveries not yet due, one row per
+    (level or timer, real topic) with their count and the first one's due
+    time; ``store`` has their total and the clock they were delivered up to.
 
     Per-queue offsets come from the consumequeue files' statistics (min and
     max queue offset per file), so nothing is scanned. ``lake``: a lake
@@ -23,6 +27,7 @@ def status(settings: Settings, *, lake: Lake | None = None) -> dict:
     commitlog = ledger.state.commitlog or CommitlogState()
     reput = ledger.state.reput or ReputState()
     expire = ledger.state.expire or ExpireState()
+    schedule = ledger.state.schedule or ScheduleState()
     segments = lake.read_arrow("segments").to_pylist()
     live = [s for s in segments if s["status"] != "deleted"]
     max_offset = commitlog.next_offset
@@ -50,6 +55,9 @@ def status(settings: Settings, *, lake: Lake | None = None) -> dict:
         "disk_full": expire.disk_full,
         "disk_usage_percent": round(expire.disk_usage * 100, 4) if expire.disk_usage is not None else None,
         "last_expire_now": iso(expire.last_now),
+        "delivered_until": iso(schedule.delivered_until),
+        "pending_deliveries": schedule.pending_count,
+        "next_delivery": iso(min((group.next_due for group in schedule.pending.values()), default=None)),
     }
     positions = ledger.state.compaction.positions if ledger.state.compaction else {}
     topics = [
@@ -67,7 +75,27 @@ def status(settings: Settings, *, lake: Lake | None = None) -> dict:
         "topics": topics,
         "queues": _queues(lake, commitlog, expire),
         "runs": _last_runs(ledger.state.runs),
+        "pending": pending_deliveries(schedule),
     }
+
+
+def pending_deliveries(schedule: ScheduleState) -> list[dict]:
+    """One row per group of pending deliveries: ``schedule`` (``delay`` or ``timer``), ``level`` (the delay
+    level; null for the timer wheel), ``topic`` (the real topic), ``count``, ``next_due`` (ISO-8601 UTC).
+    Delay levels in order, then the timer wheel."""
+    rows = []
+    for key, group in sorted(schedule.pending.items(), key=lambda item: (item[0].level == 0, item[0])):
+        timer = key.level == 0
+        rows.append(
+            {
+                "schedule": "timer" if timer else "delay",
+                "level": None if timer else key.level,
+                "topic": key.topic,
+                "count": group.count,
+                "next_due": iso(group.next_due),
+            }
+        )
+    return rows
 
 
 RUN_SUMMARY_KEYS = {

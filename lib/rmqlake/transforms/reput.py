@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqlake.formats.consumequeue import SCHEDULE_TOPIC, cq_file_name, dispatch_tags_code
+from rmqlake.formats.consumequeue import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC, cq_file_name, dispatch_tags_code
 from rmqlake.formats.indexfile import capacity, indexed, next_file_name
 from rmqlake.formats.javahash import INT_MAX, index_key_hashes, java_string_hashes
 from rmqlake.formats.properties import KEY_SEPARATOR
@@ -57,12 +57,14 @@ def dispatch_requests(commitlog):
 _CQ_SCHEMA = CONSUMEQUEUE.arrow_schema
 
 
-def cq_units_of_batch(batch: pa.RecordBatch, *, units_per_file: int) -> pa.RecordBatch:
+def cq_units_of_batch(
+    batch: pa.RecordBatch, *, units_per_file: int, delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE
+) -> pa.RecordBatch:
     """CQ units of the dispatchable messages of one Arrow batch of commitlog rows.
 
     Column-wise: tagsCode is the TAGS hash (``java_string_hashes``) except on
     the delay topic, whose rows (rare) go one by one through
-    ``dispatch_tags_code``; each distinct CQ file is named once.
+    ``dispatch_tags_code`` with the broker's ``delay_levels``; each distinct CQ file is named once.
     """
     flags = batch.column("sys_flag").to_numpy(zero_copy_only=False)
     batch = batch.filter(pa.array(consumes_queue_offsets(flags)))
@@ -74,9 +76,9 @@ def cq_units_of_batch(batch: pa.RecordBatch, *, units_per_file: int) -> pa.Recor
         )
         props = {} if delay is None else {"DELAY": delay}
         try:
-            codes[row] = dispatch_tags_code(topic, tags, props, stored)
+            codes[row] = dispatch_tags_code(topic, tags, props, stored, delay_levels=delay_levels)
         except ValueError:  # a non-numeric DELAY on the delay topic: the broker cannot parse it either
-            codes[row] = dispatch_tags_code(topic, tags, {}, stored)
+            codes[row] = dispatch_tags_code(topic, tags, {}, stored, delay_levels=delay_levels)
     queue_offsets = batch.column("queue_offset").to_numpy(zero_copy_only=False)
     file_numbers = queue_offsets // units_per_file
     distinct, first, inverse = np.unique(file_numbers, return_index=True, return_inverse=True)
@@ -96,12 +98,13 @@ def cq_units_of_batch(batch: pa.RecordBatch, *, units_per_file: int) -> pa.Recor
     )
 
 
-def consume_queue_units(messages, *, units_per_file: int):
-    """One CQ unit per NOT_TYPE/COMMIT message (``consumequeue`` rows)."""
+def consume_queue_units(messages, *, units_per_file: int, delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE):
+    """One CQ unit per NOT_TYPE/COMMIT message (``consumequeue`` rows); ``delay_levels``: the broker's
+    ``messageDelayLevel`` as {level: ms}, which the delay topic's tagsCode reads."""
 
     def units(batches):
         for batch in batches:
-            yield cq_units_of_batch(batch, units_per_file=units_per_file)
+            yield cq_units_of_batch(batch, units_per_file=units_per_file, delay_levels=delay_levels)
 
     return messages.select(*DISPATCH_COLUMNS).mapInArrow(units, CONSUMEQUEUE.spark_schema)
 
