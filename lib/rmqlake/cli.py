@@ -170,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument(
         "--body-size", type=integer, help="bodies of about this many bytes (default: empty to 48 KiB)"
     )
+    generate.add_argument(
+        "--schedule-share",
+        type=fraction,
+        default=0.01,
+        help="fraction of plain messages sent with a delayLevel, deliverTimeMs or TIMER_DELAY_SEC, within the "
+        "configured delay levels and max timer delay (default 0.01; 0 for none)",
+    )
 
     ingest = commands.add_parser("ingest", parents=[common], help="raw logs -> commitlog, segments, rejected")
     add_ingest_arguments(ingest)
@@ -319,8 +326,13 @@ TIMES = "Times: epoch milliseconds, ISO-8601 (UTC unless a zone is given) or mqa
 EXPLAINED: dict[str, tuple[str, list[str]]] = {
     "generate": (
         "Write realistic raw producer logs (JSON Lines, hour folders under OUT/landing/) and consumer offset\n"
-        "snapshots, for trying the pipeline out. The same --seed writes the same files.",
-        ["rmqlake generate --out data --messages 100000 --hours 6 --bad-rate 0.001 --seed 1"],
+        "snapshots, for trying the pipeline out. The same --seed writes the same files. A small share of the\n"
+        "messages (--schedule-share) are delay-level and timer messages, stored on SCHEDULE_TOPIC_XXXX or\n"
+        "rmq_sys_wheel_timer by ingest and delivered to their topic when due.",
+        [
+            "rmqlake generate --out data --messages 100000 --hours 6 --bad-rate 0.001 --seed 1",
+            "rmqlake generate --out data --messages 10000 --schedule-share 0.05",
+        ],
     ),
     "ingest": (
         "Append raw producer logs to the commitlog as a broker would: physical offsets, queue offsets, CRCs,\n"
@@ -601,6 +613,9 @@ def cmd_generate(args, settings) -> int:
         gzip_files=args.gzip,
         body_size=args.body_size,
         max_message_size=settings.store.max_message_size,
+        schedule_share=args.schedule_share,
+        delay_levels=settings.schedule_rules().max_delay_level,
+        timer_max_delay_sec=settings.store.timer_max_delay_sec,
         **options,
     )
     _emit(

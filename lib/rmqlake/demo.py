@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,8 +37,21 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(folder)
 
     plans = [TopicPlan(n, t.queues, t.cleanup_policy == "COMPACTION") for n, t in settings.topics.items()]
-    summary = generate(args.data, messages=args.messages, topics=plans, hours=3, bad_rate=0.002, seed=args.seed)
-    print(f"generated {summary['messages']} messages and {summary['bad_lines']} bad lines in {args.data}/landing")
+    summary = generate(
+        args.data,
+        messages=args.messages,
+        topics=plans,
+        hours=3,
+        bad_rate=0.002,
+        seed=args.seed,
+        schedule_share=0.01,
+        delay_levels=settings.schedule_rules().max_delay_level,
+        timer_max_delay_sec=settings.store.timer_max_delay_sec,
+    )
+    print(
+        f"generated {summary['messages']} messages ({summary['scheduled']['delay']} with a delay level, "
+        f"{summary['scheduled']['timer']} timers) and {summary['bad_lines']} bad lines in {args.data}/landing"
+    )
 
     from rmqlake.session import get_spark
     from rmqlake.steps.compact import compact
@@ -49,13 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     landing = Path(args.data) / "landing"
     hours = sorted(p for p in landing.glob("dt=*/hour=*"))
     runs = []
+    delayed = None
     for hour in hours:  # one batch per landing hour, each followed by reput, as the hourly pipeline does
         ingested = ingest(spark, settings, input_path=str(hour))
         dispatched = reput(spark, settings)
         compacted = compact(spark, settings)
+        batch = f"{hour.parent.name}/{hour.name}"
+        if delayed is None:
+            delayed = _a_pending_delivery(settings, batch=batch)
+        elif not delayed.get("delivered"):
+            delayed["delivered"] = _its_delivery(settings, delayed, batch=batch)
         runs.append(
             {
-                "batch": f"{hour.parent.name}/{hour.name}",
+                "batch": batch,
                 "messages": ingested["rows_out"],
                 "rejected": ingested["rejected"],
                 "commitlog MB": round(ingested["commitlog_bytes"] / 1e6, 1),
@@ -71,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     print()
     print(render_table(runs))
+    if delayed:
+        print(f"\n{delayed['stored']}\n{delayed.get('delivered') or '  still pending after the last batch'}")
 
     from rmqlake.steps.expire import expire
     from rmqlake.steps.offsets import lag, load_offsets
@@ -163,6 +185,72 @@ messages after their groups' committed offsets. See it yourself (after `make jar
     )
     spark.stop()
     return 0
+
+
+def _a_pending_delivery(settings, *, batch: str) -> dict | None:
+    """The delay-level message that comes due first after the last ingest's clock (stored on
+    SCHEDULE_TOPIC_XXXX, pending): what the demo prints about it, and what finds its delivery later."""
+    import pyarrow.dataset as ds
+
+    from rmqlake.formats.consumequeue import SCHEDULE_TOPIC
+    from rmqlake.formats.schedule import REAL_QID, REAL_TOPIC
+    from rmqlake.steps.status import status
+    from rmqlake.timeutil import iso
+
+    lake = Lake.from_settings(settings)
+    schedule = lake.state().schedule
+    if schedule is None or not schedule.pending:
+        return None
+    levels = settings.schedule_rules().delay_levels
+    rows = lake.scan(  # the schedule topic only: a small share of the messages
+        "commitlog",
+        columns=["queue_id", "queue_offset", "store_timestamp", "properties", "uniq_key"],
+        filter=ds.field("topic") == SCHEDULE_TOPIC,
+    ).to_pylist()
+
+    def due(row: dict) -> int:
+        return row["store_timestamp"] + levels[row["queue_id"] + 1]  # queue = level - 1
+
+    pending = [row for row in rows if due(row) > schedule.delivered_until]
+    if not pending:
+        return None
+    first = min(pending, key=due)
+    properties = dict(first["properties"])
+    listed = status(settings, lake=lake)
+    groups = listed["pending"]
+    stored = (
+        f"a delayed message (UNIQ_KEY {first['uniq_key']}, DELAY {properties['DELAY']}, for "
+        f"{properties[REAL_TOPIC]} queue {properties[REAL_QID]}):\n"
+        f"  stored by batch {batch} on {SCHEDULE_TOPIC} queue {first['queue_id']} offset {first['queue_offset']} "
+        f"at {iso(first['store_timestamp'])}, due {iso(due(first))}\n"
+        f"  pending after that batch: rmqlake status lists {listed['store']['pending_deliveries']} deliveries in "
+        f"{len(groups)} groups{', the first:' if len(groups) > 3 else ':'}\n"
+        + textwrap.indent(render_table(groups[:3]), "    ")
+    )
+    return {"uniq_key": first["uniq_key"], "topic": properties[REAL_TOPIC], "stored": stored}
+
+
+def _its_delivery(settings, delayed: dict, *, batch: str) -> str | None:
+    """Where and when the message of :func:`_a_pending_delivery` was delivered; ``None`` while it waits."""
+    import pyarrow.dataset as ds
+
+    from rmqlake.timeutil import iso
+
+    found = (
+        Lake.from_settings(settings)
+        .scan(
+            "commitlog",
+            columns=["queue_id", "queue_offset", "store_timestamp"],
+            filter=(ds.field("topic") == delayed["topic"]) & (ds.field("uniq_key") == delayed["uniq_key"]),
+        )
+        .to_pylist()
+    )
+    if not found:
+        return None
+    return (
+        f"  delivered by batch {batch} to {delayed['topic']} queue {found[0]['queue_id']} offset "
+        f"{found[0]['queue_offset']}, stored at {iso(found[0]['store_timestamp'])}: its due time"
+    )
 
 
 def _a_key(lake) -> tuple[str, str]:

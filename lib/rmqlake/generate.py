@@ -4,8 +4,9 @@ Same seed, same files, byte for byte (gzip members carry no timestamp).
 Shape: bursty traffic over several hours from several producer hosts (one
 IPv6), Zipf-like keys with repeated updates, skewed tags, bodies from empty
 to tens of KiB (text, unicode and binary), user properties, transactions
-(PREPARED then COMMIT or ROLLBACK), a long ``%RETRY%`` topic, and optional bad
-lines of every kind the input format refuses.
+(PREPARED then COMMIT or ROLLBACK), a long ``%RETRY%`` topic, a share of scheduled
+messages (delay levels, and timers as ``deliverTimeMs`` or a ``TIMER_DELAY_SEC`` property), and
+optional bad lines of every kind the input format refuses.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rmqlake.formats.consumequeue import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from rmqlake.formats.javahash import select_queue_by_hash
 from rmqlake.formats.properties import KEY_SEPARATOR
+from rmqlake.formats.schedule import DEFAULT_TIMER_MAX_DELAY_SEC, TIMER_DELAY_SEC
 
 PRODUCERS = ("10.1.0.11:50001", "10.1.0.12:50002", "10.1.0.13:50003", "[2001:db8::21]:50100")
 TAGS = (("TagA", 40), ("TagB", 25), ("TagPay", 15), ("TagRefund", 5), ("TagShip", 10), (None, 5))
@@ -45,6 +48,10 @@ BAD_KINDS = (
     "empty_line",
     "invalid_utf8",
 )
+# a timer's delay is at most this fraction of the max delay (the default 3 days: 43 minutes), so that
+# the hours of traffic generated see most timers delivered
+TIMER_DELAY_FRACTION = 0.01
+SCHEDULE_KINDS = (("delay", 2), ("deliver_time", 2), ("delay_sec", 1))
 
 
 @dataclass(frozen=True)
@@ -177,6 +184,24 @@ def _bad_line(rng: random.Random, kind: str, *, born: int, topics: list[TopicPla
     raise ValueError(f"unknown bad line kind {kind!r}")
 
 
+def _schedule(rng: random.Random, line: dict, *, delay_levels: int, timer_max_delay_sec: int) -> str:
+    """Make ``line`` a delay-level or timer message; returns its kind (``"delay"`` or ``"timer"``).
+
+    Timers are due between 1 s and :data:`TIMER_DELAY_FRACTION` of the max delay after the born
+    time, so always after the store time (at most 40 ms later) and never over the max.
+    """
+    kind = rng.choices([k for k, _ in SCHEDULE_KINDS], [w for _, w in SCHEDULE_KINDS])[0]
+    if kind == "delay":
+        line["delayLevel"] = rng.randint(1, delay_levels)
+        return "delay"
+    seconds = rng.randint(1, max(1, int(timer_max_delay_sec * TIMER_DELAY_FRACTION)))
+    if kind == "deliver_time":
+        line["deliverTimeMs"] = line["bornTimestamp"] + seconds * 1000 + rng.randrange(1000)
+    else:
+        line["properties"] = {**line.get("properties", {}), TIMER_DELAY_SEC: str(seconds)}
+    return "timer"
+
+
 def generate(
     out: str | Path,
     *,
@@ -191,6 +216,9 @@ def generate(
     transactions: bool = True,
     retry_topic: bool = True,
     body_size: int | None = None,
+    schedule_share: float = 0.0,
+    delay_levels: int = len(parse_delay_levels(DEFAULT_DELAY_LEVELS)),
+    timer_max_delay_sec: int = DEFAULT_TIMER_MAX_DELAY_SEC,
 ) -> dict:
     """Write producer logs under ``out/landing/dt=YYYY-MM-DD/hour=HH/``, one file per producer and hour.
 
@@ -201,15 +229,28 @@ def generate(
             through every kind in ``BAD_KINDS``.
         body_size: bodies of about this many bytes (±10 %) instead of the
             default spread from empty to tens of KiB.
+        schedule_share: the fraction of plain messages (neither transactional nor
+            on a COMPACTION or retry topic) sent as scheduled ones: 2/5 with a
+            ``delayLevel`` from 1 to ``delay_levels``, 2/5 with a ``deliverTimeMs``,
+            1/5 with a ``TIMER_DELAY_SEC`` property (timers due in at most
+            :data:`TIMER_DELAY_FRACTION` of ``timer_max_delay_sec``). The choice
+            draws from its own random stream: the other messages, and every
+            message with a share of 0, are the same as without it.
+        delay_levels, timer_max_delay_sec: the broker's ``messageDelayLevel``
+            count and ``timerMaxDelaySec`` the scheduled messages stay within.
 
     Returns:
         A summary also written to ``out/MANIFEST.json``: lines, messages,
-        bad lines per kind, files, and the time range.
+        bad lines per kind, scheduled messages per kind, files, and the time range.
     """
     rng = random.Random(seed)
+    schedule_rng = random.Random(f"schedule-{seed}")
     out = Path(out)
     if messages < 0 or hours < 1 or not 0 <= bad_rate <= 1 or not topics:
         raise ValueError("messages must be >= 0, hours >= 1, bad_rate in [0, 1] and topics non-empty")
+    if not 0 <= schedule_share <= 1 or delay_levels < 1 or timer_max_delay_sec < 1:
+        raise ValueError("schedule_share must be in [0, 1], delay_levels and timer_max_delay_sec >= 1")
+    scheduled: Counter = Counter({"delay": 0, "timer": 0})
     times = _timestamps(rng, messages, start_ms=start_ms, hours=hours)
     weights = [3 if not t.compaction else 2 for t in topics]
     retry = TopicPlan("%RETRY%" + RETRY_GROUP, 1, False)
@@ -237,6 +278,9 @@ def generate(
                 end["bornTimestamp"] = born + rng.randint(100, 3000)
                 end.pop("storeTimestamp", None)
                 records.append(end)
+            elif not topic.compaction and schedule_share and schedule_rng.random() < schedule_share:
+                kind = _schedule(schedule_rng, line, delay_levels=delay_levels, timer_max_delay_sec=timer_max_delay_sec)
+                scheduled[kind] += 1
         for record in records:
             hour = (record["bornTimestamp"] - start_ms) // 3_600_000
             encoded = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -276,6 +320,7 @@ def generate(
         "messages": written,
         "bad_lines": bad_total,
         "bad_kinds": dict(sorted(bad_kinds.items())),
+        "scheduled": dict(scheduled),
         "lines": written + bad_total,
         "files": files,
         "hours": hours,
@@ -300,7 +345,8 @@ def _count_queue(counts: Counter, record: dict, hour: int, *, queues: dict[str, 
     """Count ``record`` towards its queue: by ``queueId``, else the key hash (as ingest selects), else round robin.
 
     ``counts`` keys: (topic, queue, hour, takes_offset); a PREPARED or
-    ROLLBACK message takes no queue offset but may take a round-robin turn.
+    ROLLBACK message takes no queue offset but may take a round-robin turn, and
+    so does a scheduled one (counted as taking none: a lower bound).
     """
     queue = record.get("queueId")
     keys = record.get("keys")
@@ -308,7 +354,9 @@ def _count_queue(counts: Counter, record: dict, hour: int, *, queues: dict[str, 
         queue = select_queue_by_hash(
             KEY_SEPARATOR.join(keys) if isinstance(keys, list) else keys, queues[record["topic"]]
         )
-    takes_offset = record.get("transaction") not in ("PREPARED", "ROLLBACK")
+    # a scheduled message takes its queue offset only when delivered, maybe after the snapshot
+    scheduled = "delayLevel" in record or "deliverTimeMs" in record or TIMER_DELAY_SEC in record.get("properties", {})
+    takes_offset = record.get("transaction") not in ("PREPARED", "ROLLBACK") and not scheduled
     counts[(record["topic"], ROUND_ROBIN if queue is None else queue, hour, takes_offset)] += 1
 
 

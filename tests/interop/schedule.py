@@ -10,6 +10,7 @@ unparsable (both refused), and plain sends around them. Delays are short (``mess
 
 The broker's files are read after its clean shutdown: commitlog records with rmqlake's decoder
 (proven equal to RocketMQ's MessageDecoder by test_store_from_rocketmq), ConsumeQueue units raw.
+:func:`write_producer_log` writes the same sends as a producer log for rmqlake.
 """
 
 from __future__ import annotations
@@ -111,6 +112,54 @@ def run_broker(root: Path) -> BrokerRun:
     (root / "schedule.json").write_text(json.dumps(spec))
     answer = run_java("ScheduleHarness", str(root / "schedule.json"), timeout=180)
     return BrokerRun(entries, answer, store, commitlog_records(store), consume_queue_units(store))
+
+
+# what the producer adds to every send besides the spec's properties: WAIT (waitStoreMsgOK), and the
+# 5.x client's MSG_REGION and TRACE_ON
+CLIENT_PROPERTIES = {"WAIT": "true", "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+
+
+def producer_line(send: dict, result: dict, stored: dict | None, *, producer: dict) -> dict:
+    """A send as a producer log line: what the client sent, with the broker's store time and hosts.
+
+    ``stored`` is the record the broker stored for the send (its first one, before any delivery),
+    ``None`` for a refused send: that line gets the send's time as born and store time and the
+    ``producer``'s (another record's) born and store hosts. A delay level is the line's
+    ``delayLevel``, an absolute timer its ``deliverTimeMs``; relative timers stay properties.
+    """
+    record = stored or {"born_timestamp": result["sentAt"], "store_timestamp": result["sentAt"], "flag": 0,
+                        "reconsume_times": 0, "born_host": producer["born_host"],
+                        "store_host": producer["store_host"]}  # fmt: skip
+    line = {
+        "topic": send["topic"],
+        "queueId": send["queueId"],
+        "body": send["body"],
+        "flag": record["flag"],
+        "bornTimestamp": record["born_timestamp"],
+        "storeTimestamp": record["store_timestamp"],
+        "bornHost": record["born_host"],
+        "storeHost": record["store_host"],
+        "reconsumeTimes": record["reconsume_times"],
+        "properties": {**send.get("properties", {}), **CLIENT_PROPERTIES},
+    }
+    for field, name in (("keys", "keys"), ("tags", "tags"), ("delayLevel", "delayLevel"), ("msgId", "uniqKey")):
+        value = send.get(field, result.get(field))
+        if value is not None:
+            line[name] = value
+    if "deliverMs" in result:
+        line["deliverTimeMs"] = int(result["deliverMs"])
+    return line
+
+
+def write_producer_log(run: BrokerRun, path: Path) -> Path:
+    """Every send of ``run`` (refused ones included), in send order, as one JSON Lines producer log."""
+    producer = run.records[0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for send, result in zip(run.sends, run.answer["sends"], strict=True):
+            stored = next((r for r in run.records if r["properties"].get("UNIQ_KEY") == result.get("msgId")), None)
+            handle.write(json.dumps(producer_line(send, result, stored, producer=producer)) + "\n")
+    return path
 
 
 def commitlog_records(store: Path) -> list[dict]:

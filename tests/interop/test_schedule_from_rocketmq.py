@@ -9,7 +9,11 @@ forms, one due already, two refused, plain ones) to a real RocketMQ broker with 
   ``TIMER_OUT_MS``, the clamped ``DELAY``), and the ConsumeQueue tagsCode of a delay record is the
   due time the rules give;
 * each delivery is on the real topic and queue, after the due time the rules give, with the
-  schedule record's body, flag, sysFlag, born time and hosts, reconsume times.
+  schedule record's body, flag, sysFlag, born time and hosts, reconsume times;
+* the same sends as a producer log (each with the broker's store time), ingested by rmqlake with the
+  clock at the broker's last delivery and dispatched by reput, give the broker's commitlog records
+  and ConsumeQueue units, and its delay offsets (what is compared exactly, and why the rest differs:
+  the tests at the end).
 
 Wall-clock values are compared within a tolerance, nothing else: the broker reads its clock for a
 relative timer (``TIMER_DELAY_SEC``/``TIMER_DELAY_MS``) in the put hook, a moment before it stamps the
@@ -23,11 +27,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
 from rmqlake.formats.consumequeue import tags_code
-from rmqlake.formats.properties import broker_properties
+from rmqlake.formats.properties import broker_properties, parse_properties
 from rmqlake.formats.schedule import (
     SCHEDULE_TOPIC,
     TIMER_DEQUEUE_MS,
@@ -40,9 +45,11 @@ from rmqlake.formats.schedule import (
 )
 from rmqlake.formats.schedule import delivery as delivery_of
 from rmqlake.lake import Lake
+from rmqlake.steps.ingest import ingest
+from rmqlake.steps.reput import reput
 from rmqlake.steps.store import import_store
-from tests.conftest import make_settings
 from tests.interop import data, schedule
+from tests.interop.conftest import lake_settings
 
 pytestmark = pytest.mark.interop
 RULES = ScheduleRules.of(
@@ -177,13 +184,187 @@ def test_the_schedule_and_timer_topics_hold_one_record_per_re_routed_send(broker
     assert {q for q, _ in on[TIMER_TOPIC]} == {0}
 
 
-def test_delay_offsets_hold_the_next_schedule_offset_per_level(broker):
-    """``config/delayOffset.json`` (written by fastjson: bare integer keys) once every delay record is delivered."""
+def delay_offsets(broker: schedule.BrokerRun) -> dict[int, int]:
+    """``config/delayOffset.json`` (written by fastjson: bare integer keys) as {level: next queue offset}."""
     text = (broker.store / "config" / "delayOffset.json").read_text()
     table = re.search(r'"offsetTable"\s*:\s*\{([^}]*)\}', text).group(1)
-    offsets = {int(level): int(offset) for level, offset in re.findall(r"(\d+)\s*:\s*(\d+)", table)}
+    return {int(level): int(offset) for level, offset in re.findall(r"(\d+)\s*:\s*(\d+)", table)}
+
+
+def test_delay_offsets_hold_the_next_schedule_offset_per_level(broker):
+    """The broker's delay offsets once every delay record is delivered."""
+    offsets = delay_offsets(broker)
     records = [u for u in broker.units if u["topic"] == SCHEDULE_TOPIC]
     assert offsets == {queue + 1: sum(1 for u in records if u["queue_id"] == queue) for queue in range(3)}
+
+
+# --- the same sends as a producer log, rebuilt by rmqlake -------------------------------------------------
+
+# the record fields a rebuild must give exactly (store timestamps, physical offsets and properties below)
+EXACT = ("topic", "queue_id", "queue_offset", "sys_flag", "flag", "body", "born_timestamp", "born_host",
+         "store_host", "reconsume_times", "prepared_transaction_offset", "total_size")  # fmt: skip
+# properties a broker sets from its wall clock on a timer's delivery
+WHEEL_CLOCK = (TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS)
+
+
+def identities(records: list[dict]) -> list[tuple[str, int]]:
+    """Each record, in physical order, as (UNIQ_KEY, n): the n-th record of that key (0 sent, 1 its delivery)."""
+    seen: dict[str, int] = {}
+    out = []
+    for record in records:
+        key = record["properties"]["UNIQ_KEY"]
+        out.append((key, seen.get(key, 0)))
+        seen[key] = seen.get(key, 0) + 1
+    return out
+
+
+def in_the_same_place(ours: list[dict], theirs: list[dict]) -> set[tuple[str, int]]:
+    """The records up to the first place where the two physical orders differ."""
+    same = set()
+    for our, their in zip(identities(ours), identities(theirs), strict=False):
+        if our != their:
+            break
+        same.add(our)
+    return same
+
+
+def lake_records(lake: Lake) -> list[dict]:
+    """The lake's commitlog rows in physical order, shaped as :func:`schedule.commitlog_records` gives the broker's."""
+    rows = sorted(lake.read_arrow("commitlog").to_pylist(), key=lambda r: r["physical_offset"])
+    return [
+        {**{k: row[k] for k in (*EXACT, "physical_offset", "store_timestamp")},
+         "properties": parse_properties(row["properties_bytes"]), "raw_properties": row["properties_bytes"]}
+        for row in rows
+    ]  # fmt: skip
+
+
+def timer_out_shift(ours: dict, theirs: dict) -> int:
+    """How much later rmqlake's ``TIMER_OUT_MS`` is than the broker's: 0, or one precision step for a relative
+    timer whose put-hook clock (a moment before the store time) was in the step before."""
+    if TIMER_OUT_MS not in theirs["properties"]:
+        return 0
+    shift = int(ours["properties"][TIMER_OUT_MS]) - int(theirs["properties"][TIMER_OUT_MS])
+    relative = {"TIMER_DELAY_SEC", "TIMER_DELAY_MS"} & set(theirs["properties"])
+    assert shift == 0 or (relative and shift == RULES.timer_precision_ms), (ours, theirs)
+    return shift
+
+
+@pytest.fixture(scope="module")
+def rebuilt(spark, broker, tmp_path_factory) -> dict:
+    """The broker's sends as a producer log, ingested (clock: the broker's last delivery) and dispatched."""
+    root = tmp_path_factory.mktemp("schedule-lake")
+    log = schedule.write_producer_log(broker, root / "in" / "producer.jsonl")
+    settings = lake_settings(
+        root / "lake",
+        f"broker.message_delay_level={schedule.DELAY_LEVELS}",
+        f"store.timer_max_delay_sec={schedule.TIMER_MAX_DELAY_SEC}",
+        f"store.timer_precision_ms={schedule.TIMER_PRECISION_MS}",
+    )
+    last_delivery = max(r["store_timestamp"] for r in broker.records)
+    ingested = ingest(spark, settings, input_path=str(log), now=datetime.fromtimestamp(last_delivery / 1000, UTC))
+    reput(spark, settings)
+    lake = Lake.from_settings(settings, read_only=True)
+    units = lake.read_arrow(
+        "consumequeue", columns=["topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags_code"]
+    ).to_pylist()
+    return {"ingest": ingested, "lake": lake, "records": lake_records(lake), "units": units}
+
+
+@pytest.mark.spark
+def test_the_sends_as_a_producer_log_give_the_brokers_commitlog(broker, rebuilt):
+    """rmqlake's ingest of the sends (each line with the store time, born time and hosts of the broker's record
+    for it, and the client's ``MSG_REGION``/``TRACE_ON``/``WAIT``) against the broker's commitlog.
+
+    Compared record by record, a record being (UNIQ_KEY, n): the sent record (n = 0) or its delivery (n = 1).
+    What differs by construction:
+
+    * nothing but the sends: the broker writes no record of its own here (the timer wheel keeps its
+      bookkeeping in timerlog/timerwheel, the delay service in config/delayOffset.json), so both sides
+      hold exactly the same records;
+    * the broker's wall clock: a delivery's store time is when its delivery service ran, rmqlake's is
+      the due time (the schedule record's tagsCode; ``TIMER_OUT_MS`` + the precision for a timer): the
+      broker's is never earlier and at most :data:`DELIVERY_TOLERANCE_MS` later. A timer delivery's
+      ``TIMER_ENQUEUE_MS`` (the wheel's write time, rmqlake: the store time floored) and
+      ``TIMER_DEQUEUE_MS`` (the delivery time) likewise; a relative timer's ``TIMER_OUT_MS`` may be one
+      precision step lower on the broker (see the module docstring). Every other property is equal
+      byte for byte, in storage order, and so is the record size;
+    * the order of deliveries: the broker appends them as its services come round, rmqlake in due
+      order. Physical offsets are equal for every record up to the first place where the two orders
+      differ: at least every sent record when the broker stored them all before its first delivery
+      (the sends take about 100 ms, the shortest delay is 1 s); in a run without scheduling jitter,
+      all records. Queue offsets are compared for all: the deliveries that share a queue here are of
+      one level, delivered in send order by both.
+
+    Every other field is equal: topic, queue id and offset, sysFlag, flag, body, born time and host,
+    store host, reconsume times, prepared transaction offset, and the sent records' store times.
+    """
+    theirs, ours = broker.records, rebuilt["records"]
+    their_ids, our_ids = identities(theirs), identities(ours)
+    assert sorted(our_ids) == sorted(their_ids)
+    reasons = [r["reason"] for r in rebuilt["lake"].read_arrow("rejected").to_pylist()]
+    assert len(reasons) == sum(1 for s in broker.sends if s["expect"] == "refused")  # as the broker refused them
+    assert all("timer message illegal" in reason for reason in reasons), reasons
+    same_place = in_the_same_place(ours, theirs)
+    sent = {i for i in their_ids if i[1] == 0}
+    if all(n == 0 for _, n in their_ids[: len(sent)]):  # the broker stored every send before any delivery
+        assert sent <= same_place, (our_ids, their_ids)
+    mine, their_records = dict(zip(our_ids, ours, strict=True)), dict(zip(their_ids, theirs, strict=True))
+    for identity, their in their_records.items():
+        our = mine[identity]
+        assert {k: our[k] for k in EXACT} == {k: their[k] for k in EXACT}, identity
+        if identity in same_place:
+            assert our["physical_offset"] == their["physical_offset"], identity
+        shift = timer_out_shift(mine[(identity[0], 0)], their_records[(identity[0], 0)])
+        if identity[1] == 0:
+            assert our["store_timestamp"] == their["store_timestamp"], identity
+        else:  # a delivery: stored when the broker's service ran, by rmqlake at the due time
+            due = our["store_timestamp"] - shift
+            assert 0 <= their["store_timestamp"] - due <= DELIVERY_TOLERANCE_MS, (identity, due, their)
+        if shift == 0 and not set(WHEEL_CLOCK) & set(their["properties"]):
+            assert our["raw_properties"] == their["raw_properties"], identity  # the stored bytes
+            continue
+        assert list(our["properties"]) == list(their["properties"]), identity  # names in storage order
+        clock = {TIMER_OUT_MS: shift}
+        for name, value in their["properties"].items():
+            if name == TIMER_ENQUEUE_MS:
+                assert 0 <= int(value) - int(our["properties"][name]) <= DELIVERY_TOLERANCE_MS, identity
+            elif name == TIMER_DEQUEUE_MS:
+                assert int(our["properties"][name]) == our["store_timestamp"], identity
+                assert due <= int(value) <= their["store_timestamp"], identity
+            elif name in clock:
+                assert int(our["properties"][name]) - int(value) == clock[name], identity
+            else:
+                assert our["properties"][name] == value, (identity, name)
+
+
+@pytest.mark.spark
+def test_the_rebuild_has_nothing_pending_and_the_brokers_delay_offsets(broker, rebuilt):
+    """With the clock at the broker's last delivery everything is delivered, and the delivery progress per level
+    is the broker's ``config/delayOffset.json``."""
+    state = rebuilt["lake"].state().schedule
+    assert state.pending == {} and state.pending_from is None
+    assert state.delivered_until == max(r["store_timestamp"] for r in broker.records)
+    assert dict(state.delay_offsets) == delay_offsets(broker)
+
+
+@pytest.mark.spark
+def test_reput_of_the_rebuild_gives_the_brokers_consume_queues(broker, rebuilt):
+    """Every ConsumeQueue unit, by the record it points at: the same topic, queue, queue offset, size and
+    tagsCode (a ``SCHEDULE_TOPIC_XXXX`` unit's is the due time, which both compute from the store time);
+    the same commitlog offset where the record's physical offset is the same (see the test above)."""
+
+    def by_record(records: list[dict], units: list[dict]) -> dict:
+        identity = dict(zip((r["physical_offset"] for r in records), identities(records), strict=True))
+        return {identity[u["commitlog_offset"]]: u for u in units}
+
+    ours, theirs = by_record(rebuilt["records"], rebuilt["units"]), by_record(broker.records, broker.units)
+    assert len(rebuilt["units"]) == len(broker.units) == len(ours) == len(theirs)
+    same_place = in_the_same_place(rebuilt["records"], broker.records)
+    fields = ("topic", "queue_id", "queue_offset", "size", "tags_code")
+    for identity, unit in theirs.items():
+        assert {k: ours[identity][k] for k in fields} == {k: unit[k] for k in fields}, identity
+        if identity in same_place:
+            assert ours[identity]["commitlog_offset"] == unit["commitlog_offset"], identity
 
 
 @pytest.mark.spark
@@ -191,7 +372,7 @@ def test_import_store_finds_every_scheduled_message_of_the_broker_delivered(spar
     """``import-store`` of the broker's store: every re-routed record has its delivery there (the delay one keeps
     DELAY/REAL_TOPIC/REAL_QID, the timer one REAL_TOPIC/REAL_QID and the wheel's stamps), so nothing is pending
     and the delay offsets the records give are those of the broker's ``delayOffset.json``."""
-    settings = make_settings(tmp_path / "lake", *data.SIZES, f"broker.message_delay_level={schedule.DELAY_LEVELS}")
+    settings = lake_settings(tmp_path / "lake", f"broker.message_delay_level={schedule.DELAY_LEVELS}")
     metrics = import_store(spark, settings, store_dir=str(broker.store))
     re_routed = sum(1 for s in broker.sends if s["expect"] in ("delay", "timer"))
     assert (metrics["schedule_delivered"], metrics["schedule_pending"]) == (re_routed, 0)
