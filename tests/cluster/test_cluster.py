@@ -143,5 +143,6 @@ def _checksums(store: Path) -> dict[str, str]:
     return {
         str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(store.rglob("*"))
-        if p.is_file() and p.name not in ("topics.json", "consumerOffset.json", "subscriptionGroup.json")  # clocks
+        if p.is_file()
+        and p.name not in ("topics.json", "consumerOffset.json", "subscriptionGroup.json", "delayOffset.json")  # clocks
     }

@@ -47,6 +47,7 @@ from rmqlake.formats.schedule import delivery as delivery_of
 from rmqlake.lake import Lake
 from rmqlake.steps.ingest import ingest
 from rmqlake.steps.reput import reput
+from rmqlake.steps.store import import_store
 from tests.interop import data, schedule
 from tests.interop.conftest import lake_settings
 
@@ -364,3 +365,19 @@ def test_reput_of_the_rebuild_gives_the_brokers_consume_queues(broker, rebuilt):
         assert {k: ours[identity][k] for k in fields} == {k: unit[k] for k in fields}, identity
         if identity in same_place:
             assert ours[identity]["commitlog_offset"] == unit["commitlog_offset"], identity
+
+
+@pytest.mark.spark
+def test_import_store_finds_every_scheduled_message_of_the_broker_delivered(spark, broker, tmp_path):
+    """``import-store`` of the broker's store: every re-routed record has its delivery there (the delay one keeps
+    DELAY/REAL_TOPIC/REAL_QID, the timer one REAL_TOPIC/REAL_QID and the wheel's stamps), so nothing is pending
+    and the delay offsets the records give are those of the broker's ``delayOffset.json``."""
+    settings = lake_settings(tmp_path / "lake", f"broker.message_delay_level={schedule.DELAY_LEVELS}")
+    metrics = import_store(spark, settings, store_dir=str(broker.store))
+    re_routed = sum(1 for s in broker.sends if s["expect"] in ("delay", "timer"))
+    assert (metrics["schedule_delivered"], metrics["schedule_pending"]) == (re_routed, 0)
+    assert (metrics["schedule_redelivered"], metrics["schedule_unreadable"]) == (0, 0)
+    assert metrics["delay_offsets_file"] is True and metrics["delay_offsets_differing"] == []
+    state = Lake.from_settings(settings).state().schedule
+    assert (state.pending, state.pending_from) == ({}, None)
+    assert set(state.delay_offsets) == {1, 2, 3}

@@ -212,3 +212,15 @@ def test_export_store_checks_as_of_before_spark(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--as-of: 'last tuesday' is neither epoch milliseconds nor ISO-8601" in err
     assert "or a run number (its seq in rmqlake status)" in err
+
+
+def test_import_store_with_a_bad_delay_offset_file_exits_1_naming_it_before_spark(tmp_path, capsys):
+    store = tmp_path / "store"
+    (store / "commitlog").mkdir(parents=True)
+    (store / "commitlog" / "00000000000000000000").write_bytes(b"\0" * 65536)
+    (store / "config").mkdir()
+    (store / "config" / "delayOffset.json").write_text('{"offsetTable":{"x":1}}')
+    assert run("import-store", str(store), "--lake", str(tmp_path / "lake")) == 1
+    err = capsys.readouterr().err
+    assert f"{store / 'config' / 'delayOffset.json'}: not a delay offset table: offsetTable key 'x'" in err
+    assert not (tmp_path / "lake").exists()

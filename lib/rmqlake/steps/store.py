@@ -5,7 +5,10 @@ segments, ``consumequeue/{topic}/{queueId}/`` files, ``index/`` files, the
 compaction store of COMPACTION topics (``compaction/compactionLog`` and
 ``compaction/compactionCq``, from ``compaction_log`` and ``compaction_cq``:
 the broker serves those topics from it), the ``checkpoint`` and ``config/``
-JSON, no ``abort`` file (a clean shutdown).
+JSON, no ``abort`` file (a clean shutdown). Scheduled messages go on where
+the lake left them: ``config/delayOffset.json`` holds each delay level's
+progress, ``config/timercheck`` the timer queue offset a broker's (empty)
+timer wheel starts from; no ``timerlog``/``timerwheel`` files.
 Every file is written by a Spark task straight from the Parquet files the
 Delta log lists for it (one task per commitlog segment), never assembled
 on the driver, and gets the modification time the broker's file would
@@ -17,7 +20,8 @@ target and renamed into place at the end.
 Import walks a broker's commitlog files, one Spark task per file, into
 ``commitlog`` and ``segments`` of an empty lake (corrupt records go to
 ``rejected`` with their file and offset); ``reput`` then rebuilds the
-consume queues and index files.
+consume queues and index files. The lake's schedule state comes from the
+records: what has its delivery is delivered, the rest pending.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import shutil
 import time
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -40,12 +44,20 @@ from rmqlake.errors import ConfigError, InputError, LakeStateError, UsageError
 from rmqlake.formats import retention as R
 from rmqlake.formats import store as S
 from rmqlake.formats.compaction import compaction_log_file_size, sparse_cq_file_size
-from rmqlake.formats.consumequeue import cq_file_size
+from rmqlake.formats.consumequeue import SCHEDULE_TOPIC, cq_file_size
 from rmqlake.formats.indexfile import index_file_size
+from rmqlake.formats.schedule import TIMER_TOPIC
 from rmqlake.formats.topic import topic_error
 from rmqlake.lake import Lake
-from rmqlake.lake.spark_io import stage_dataframe
-from rmqlake.lake.state import CommitlogState, ImportStoreState, QueueId, ReputState, SegmentHole, TopicTotals
+from rmqlake.lake.spark_io import read_table, stage_dataframe
+from rmqlake.lake.state import (
+    CommitlogState,
+    ImportStoreState,
+    QueueId,
+    ReputState,
+    SegmentHole,
+    TopicTotals,
+)
 from rmqlake.lake.tables import SEGMENTS
 from rmqlake.progress import Stages
 from rmqlake.steps.runner import StepRun, run_step
@@ -57,6 +69,7 @@ from rmqlake.store import (
     write_index_file,
     write_segment,
 )
+from rmqlake.store.schedule import schedule_progress
 from rmqlake.timeutil import parse_timestamp, to_datetime
 from rmqlake.transforms.columns import dispatchable
 from rmqlake.transforms.segments import DELETED, segment_aggregates, update_segments
@@ -101,7 +114,10 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
             compacted = _run_tasks(spark, write_compaction_queue, compaction_tasks, one_per_task=True)
             note.update(queues=len(compacted), files=sum(w["files"] for w in compacted))
         last_message = max((w["last_offset"] for w in written if w["last_offset"] is not None), default=0)
-        _write_metadata(lake, settings, entry, work, last_message_offset=last_message)
+        with stages("scheduled-message progress") as note:
+            scheduled = _schedule_files(spark, lake, settings, entry)
+            note.update(levels=len(scheduled.delay_offsets), timer_queue_offset=scheduled.timer_queue_offset)
+        _write_metadata(lake, settings, entry, work, last_message_offset=last_message, scheduled=scheduled)
         if target.exists():
             shutil.rmtree(target)
         os.replace(work, target)
@@ -124,6 +140,9 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
         "compaction_queues": len(compacted),
         "compaction_files": sum(w["files"] for w in compacted),
         "compaction_records": sum(w["records"] for w in compacted),
+        "delay_offsets": {str(level): offset for level, offset in sorted(scheduled.delay_offsets.items())},
+        "timer_queue_offset": scheduled.timer_queue_offset,
+        "timer_redelivered": scheduled.timer_redelivered,
         "seconds": round(seconds, 3),
         "commitlog_mb_per_s": round(data_bytes / 2**20 / seconds, 2) if seconds else None,
         "stage_seconds": stages.seconds,
@@ -277,7 +296,61 @@ def _run_tasks(spark, write, tasks: list[dict], *, one_per_task: bool = False) -
     return context.parallelize(tasks, slices).map(write).collect()
 
 
-def _write_metadata(lake: Lake, settings: Settings, entry, out: Path, *, last_message_offset: int) -> None:
+@dataclass(frozen=True)
+class ScheduleFiles:
+    """What a broker reads to go on delivering the exported scheduled messages.
+
+    ``delay_offsets``: per delay level with a ``SCHEDULE_TOPIC_XXXX`` queue,
+    the queue offset its delivery goes on from (``config/delayOffset.json``).
+    ``timer_queue_offset``: where its timer wheel takes the timer topic's
+    records from (``config/timercheck``), ``None`` without a timer queue;
+    ``timer_redelivered``: timer records already delivered at or after it.
+    """
+
+    delay_offsets: Mapping[int, int]
+    timer_queue_offset: int | None = None
+    timer_redelivered: int = 0
+
+
+def _schedule_files(spark, lake: Lake, settings: Settings, entry) -> ScheduleFiles:
+    """The delivery progress of the exported run, as a broker keeps it.
+
+    Pending means due after the run's schedule state's ``delivered_until``.
+    The delay offsets are in that state when its ingest delivered scheduled
+    messages. A lake without that state (its ingest predates deliveries, or
+    an import that did not compute it) gets them from the records of the
+    exported version: the first record of each level without its delivery,
+    so that a broker delivers what the lake did not and nothing twice. The
+    timer queue offset always comes from the records (the first pending
+    timer's queue offset): a broker's wheel takes that queue in order, so
+    delivered timers stored after the first pending one are delivered again.
+    """
+    heads = entry.state.commitlog.queue_heads if entry.state.commitlog else {}
+    levels = {queue.queue_id + 1 for queue in heads if queue.topic == SCHEDULE_TOPIC}
+    schedule = entry.state.schedule
+    known = schedule.delay_offsets if schedule else {}
+    timers = QueueId(TIMER_TOPIC, 0) in heads
+    if levels <= set(known) and not timers:
+        return ScheduleFiles({level: known[level] for level in sorted(levels)})
+    clock = schedule.delivered_until if schedule else entry.state.commitlog.physic_msg_timestamp
+    progress = schedule_progress(
+        read_table(spark, lake, "commitlog"), rules=settings.schedule_rules(), clock=clock, queue_heads=heads
+    )
+    offsets = (
+        {level: known[level] for level in sorted(levels)} if levels <= set(known) else progress.state.delay_offsets
+    )
+    if progress.timer_redelivered:
+        log.warning(
+            "%d timer message(s) delivered in the lake are stored after a pending one: a broker started on the "
+            "export takes the timer queue from the first pending one on and delivers them again",
+            progress.timer_redelivered,
+        )
+    return ScheduleFiles(dict(offsets), progress.timer_queue_offset, progress.timer_redelivered)
+
+
+def _write_metadata(
+    lake: Lake, settings: Settings, entry, out: Path, *, last_message_offset: int, scheduled: ScheduleFiles
+) -> None:
     """``checkpoint`` and ``config/``: small, from the ledger state and small tables (driver side).
 
     The checkpoint is what a master (not in controller mode) holds after it
@@ -321,6 +394,11 @@ def _write_metadata(lake: Lake, settings: Settings, entry, out: Path, *, last_me
     (config / "subscriptionGroup.json").write_text(
         S.subscription_groups_json(groups, data_version=entry.seq, timestamp=stamp)
     )
+    (config / "delayOffset.json").write_text(
+        S.delay_offsets_json(scheduled.delay_offsets, data_version=entry.seq, timestamp=stamp)
+    )
+    if scheduled.timer_queue_offset is not None:  # without it a broker's wheel takes every timer record again
+        (config / "timercheck").write_bytes(S.timer_checkpoint(scheduled.timer_queue_offset, data_version=entry.seq))
 
 
 # -- import ------------------------------------------------------------------------------------
@@ -363,16 +441,40 @@ def import_store(spark, settings: Settings, *, store_dir: str) -> dict:
     root = Path(store_dir).resolve()
     folder = root / "commitlog"
     names = store_segment_names(store_dir, segment_size=settings.store.commitlog_segment_size)
+    delay_offsets = read_delay_offsets(store_dir)
     # size and modification time: every segment file has the segment size, so a rewrite shows in its mtime
     fingerprint = {name: (os.stat(folder / name).st_size, os.stat(folder / name).st_mtime_ns) for name in names}
 
     def work(step: StepRun) -> dict:
-        return _import(spark, settings, step, root, names, fingerprint)
+        return _import(spark, settings, step, root, names, fingerprint, delay_offsets)
 
     return run_step("import-store", settings, work)
 
 
-def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerprint) -> dict:
+def read_delay_offsets(store_dir: str) -> dict[int, int] | None:
+    """The broker's ``config/delayOffset.json`` of the store at ``store_dir``; ``None`` when it has none.
+
+    An empty file counts as none (a broker then reads ``delayOffset.json.bak``,
+    which is read here the same way).
+
+    Raises:
+        InputError: a file that is not a delay offset table, naming the file and what is wrong.
+    """
+    for path in (Path(store_dir).resolve() / "config" / name for name in ("delayOffset.json", "delayOffset.json.bak")):
+        if not path.is_file() or path.stat().st_size == 0:
+            continue
+        if path.stat().st_size > S.MAX_CONFIG_BYTES:
+            raise InputError(f"{path}: {path.stat().st_size} bytes, more than any delay offset table needs")
+        try:
+            return S.parse_delay_offsets(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        except ValueError as exc:
+            raise InputError(f"{path}: not a delay offset table: {exc}") from None
+    return None
+
+
+def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerprint, delay_offsets) -> dict:
     run = step.run
     previous = run.state.import_store
     if previous is not None and previous.source == str(root) and previous.files == fingerprint:
@@ -415,6 +517,7 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
                 "rejected",
             )
         totals = _totals(messages)
+        schedule = _imported_schedule(messages, settings, totals, delay_offsets)
         blanks = {r["segment"] for r in rows.where("blank_end").select("segment").collect()}  # one per segment
         first_rejected = {
             r["segment"]: (r["first"], r["ranges"])
@@ -463,9 +566,61 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
         "rows_in": totals["messages"] + corrupt_count,
         "rows_out": totals["messages"],
         "rejected": corrupt_count,
+        **schedule["metrics"],
     }
-    versions = step.commit(replace(run.state, commitlog=commitlog, import_store=imported), record=metrics)
+    state = replace(run.state, commitlog=commitlog, import_store=imported, schedule=schedule["state"])
+    versions = step.commit(state, record=metrics)
     return {**metrics, "table_versions": versions, "seconds": step.seconds()}
+
+
+def _imported_schedule(messages, settings: Settings, totals: dict, delay_offsets: dict[int, int] | None) -> dict:
+    """The schedule state of an imported store (``None`` without scheduled messages) and its metrics.
+
+    The records decide (``store.schedule.schedule_progress``): what has its
+    delivery was delivered, the rest is pending and the next ingest delivers
+    it when due. The broker's ``delayOffset.json`` says the same per level
+    unless the broker stopped before it wrote its last progress (it then
+    delivers those records again after a restart) or skipped a record it
+    could not deliver; a level where the file differs is logged and counted.
+    """
+    clock = max((s["last_store_timestamp"] for s in totals["segments"]), default=None)
+    if not any(queue.topic in (SCHEDULE_TOPIC, TIMER_TOPIC) for queue in totals["queue_heads"]):
+        return {"state": None, "metrics": {"schedule_pending": 0}}
+    progress = schedule_progress(
+        messages, rules=settings.schedule_rules(), clock=clock, queue_heads=totals["queue_heads"]
+    )
+    computed = progress.state.delay_offsets
+    differing = sorted(
+        level for level in computed if delay_offsets is not None and delay_offsets.get(level, 0) != computed[level]
+    )
+    for level in differing:
+        log.warning(
+            "delay level %d: the broker's delayOffset.json says queue offset %d, the records %d (the first "
+            "without its delivery); the records are kept",
+            level,
+            delay_offsets.get(level, 0),
+            computed[level],
+        )
+    if progress.redelivered:
+        log.warning(
+            "%d scheduled message(s) the broker delivered are due after one it had not delivered: the next "
+            "ingest delivers them again, so that the undelivered one is not lost",
+            progress.redelivered,
+        )
+    if progress.unreadable:
+        log.warning(
+            "%d scheduled message(s) carry no deliverable REAL_TOPIC/REAL_QID or TIMER_OUT_MS: never delivered",
+            progress.unreadable,
+        )
+    metrics = {
+        "schedule_delivered": progress.delivered,
+        "schedule_pending": progress.state.pending_count,
+        "schedule_redelivered": progress.redelivered,
+        "schedule_unreadable": progress.unreadable,
+        "delay_offsets_file": delay_offsets is not None,
+        "delay_offsets_differing": differing,
+    }
+    return {"state": progress.state, "metrics": metrics}
 
 
 def _read_files(batches):

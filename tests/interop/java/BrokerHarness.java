@@ -56,6 +56,14 @@ import org.apache.rocketmq.store.config.MessageStoreConfig;
  * to catch anything past it. The result lists what the broker holds (per queue min and max offset,
  * the group's committed offset as the broker loaded it) and what each group received. Name server,
  * broker and consumers are shut down in a finally; a watchdog halts the JVM after timeoutSeconds.
+ *
+ * <p>A spec may also set the broker's scheduled-message services ({@code messageDelayLevel},
+ * {@code timerMaxDelaySec}, {@code timerLogFileSize}) and {@code "expectMessages": {"T": 5},
+ * "settleMillis": 3000}: before the groups run, wait until each such topic holds that many messages
+ * (what the broker delivers from the store's pending scheduled messages included), then that long
+ * to catch anything delivered twice; the answer's {@code delivered} says whether they all arrived.
+ * With {@code "haltAfterAnswer": true} the JVM halts once the answer is printed, without the broker's
+ * shutdown (some 20 s), for a caller that does not read the store afterwards.
  */
 public class BrokerHarness {
     private static final String HOST = "127.0.0.1";
@@ -91,6 +99,10 @@ public class BrokerHarness {
             broker = startBroker(spec, namesrvAddr, freePorts(2));
             result.put("brokerAddr", broker.getBrokerAddr());
             progress("broker " + broker.getBrokerAddr() + " started on " + spec.getString("store"));
+            if (spec.containsKey("expectMessages")) {  // what the broker's own services append, before reading
+                result.put("delivered", awaitMessages(broker, spec));
+                Thread.sleep(spec.getLongValue("settleMillis"));
+            }
             waitForRegistration(namesrv, spec, Math.min(30, timeout / 3));
             progress("the name server routes the topics");
             result.put("topics", topics(broker));
@@ -100,6 +112,10 @@ public class BrokerHarness {
             }
             result.put("groups", groups);
             result.put("queues", queues(broker, spec));
+            if (spec.getBooleanValue("haltAfterAnswer")) {  // the caller reads the answer, not the store after it
+                answer(result);
+                Runtime.getRuntime().halt(0);
+            }
         } finally {
             if (broker != null) {
                 broker.shutdown();
@@ -108,6 +124,10 @@ public class BrokerHarness {
                 namesrv.shutdown();
             }
         }
+        answer(result);
+    }
+
+    private static void answer(JSONObject result) {
         System.out.println();
         System.out.println(JSON.toJSONString(result));
         System.out.flush();
@@ -235,6 +255,38 @@ public class BrokerHarness {
                 Thread.sleep(50);
             }
         }
+    }
+
+    /**
+     * Waits until each topic of the spec's {@code expectMessages} holds that many messages (the sum of its
+     * queues' max offsets), at most half of {@code timeoutSeconds}; whether they all arrived.
+     */
+    static boolean awaitMessages(BrokerController broker, JSONObject spec) throws Exception {
+        JSONObject expected = spec.getJSONObject("expectMessages");
+        long deadline = System.currentTimeMillis() + spec.getIntValue("timeoutSeconds") * 1000L / 2;
+        while (System.currentTimeMillis() < deadline) {
+            boolean all = true;
+            for (Map.Entry<String, Object> entry : expected.entrySet()) {
+                if (held(broker, entry.getKey()) < ((Number) entry.getValue()).longValue()) {
+                    all = false;
+                }
+            }
+            if (all) {
+                return true;
+            }
+            Thread.sleep(100);
+        }
+        return false;
+    }
+
+    private static long held(BrokerController broker, String topic) throws Exception {
+        MessageStore store = broker.getMessageStore();
+        long total = 0;
+        int count = broker.getTopicConfigManager().selectTopicConfig(topic).getReadQueueNums();
+        for (int queue = 0; queue < count; queue++) {
+            total += store.getMaxOffsetInQueue(topic, queue);
+        }
+        return total;
     }
 
     private static JSONObject topics(BrokerController broker) {

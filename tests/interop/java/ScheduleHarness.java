@@ -19,7 +19,6 @@ import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.namesrv.NamesrvController;
 import org.apache.rocketmq.remoting.protocol.RemotingCommand;
 import org.apache.rocketmq.store.DefaultMessageStore;
-import org.apache.rocketmq.store.MessageStore;
 
 /**
  * A real RocketMQ broker receiving sends from a real producer, delay-level and timer messages among
@@ -98,7 +97,7 @@ public class ScheduleHarness {
             }
             result.put("sends", sends);
             BrokerHarness.progress("sent " + sends.size() + " messages");
-            result.put("delivered", awaitMessages(broker.getMessageStore(), broker, spec));
+            result.put("delivered", BrokerHarness.awaitMessages(broker, spec));
             Thread.sleep(spec.getLongValue("settleMillis"));
             result.put("queues", queues(broker));
         } finally {
@@ -160,34 +159,6 @@ public class ScheduleHarness {
             row.put("remark", refused.getErrorMessage());
         }
         return row;
-    }
-
-    private static boolean awaitMessages(MessageStore store, BrokerController broker, JSONObject spec)
-        throws Exception {
-        JSONObject expected = spec.getJSONObject("expectMessages");
-        long deadline = System.currentTimeMillis() + spec.getIntValue("timeoutSeconds") * 1000L / 2;
-        while (System.currentTimeMillis() < deadline) {
-            boolean all = true;
-            for (Map.Entry<String, Object> entry : expected.entrySet()) {
-                if (held(store, broker, entry.getKey()) < ((Number) entry.getValue()).longValue()) {
-                    all = false;
-                }
-            }
-            if (all) {
-                return true;
-            }
-            Thread.sleep(100);
-        }
-        return false;
-    }
-
-    private static long held(MessageStore store, BrokerController broker, String topic) throws Exception {
-        long total = 0;
-        int count = broker.getTopicConfigManager().selectTopicConfig(topic).getReadQueueNums();
-        for (int queue = 0; queue < count; queue++) {
-            total += store.getMaxOffsetInQueue(topic, queue);
-        }
-        return total;
     }
 
     private static JSONArray queues(BrokerController broker) throws Exception {
