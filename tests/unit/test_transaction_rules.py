@@ -90,6 +90,16 @@ def test_an_end_past_the_check_immunity_time_is_refused():
     assert end_refusal([("CHECK_IMMUNITY_TIME_IN_SECONDS", "1")], born_timestamp=0, now_ms=6000) is None
     assert end_refusal([("CHECK_IMMUNITY_TIME_IN_SECONDS", "soon")], born_timestamp=0, now_ms=6001) is not None
     assert end_refusal([], born_timestamp=0, now_ms=10**9) is None
+    # the check-back may end it at any time
+    assert end_refusal(pairs, born_timestamp=0, now_ms=10**9, from_transaction_check=True) is None
+
+
+def test_an_end_from_another_producer_group_is_refused():
+    pairs = [("PGROUP", "pg")]
+    assert end_refusal(pairs, born_timestamp=0, now_ms=1, producer_group="pg") is None
+    assert end_refusal(pairs, born_timestamp=0, now_ms=1, producer_group="other") is not None
+    assert end_refusal([], born_timestamp=0, now_ms=1, producer_group="pg") is not None
+    assert end_refusal(pairs, born_timestamp=0, now_ms=1) is None  # an end naming no group
 
 
 def test_op_records_name_the_ended_halves_in_order():

@@ -115,24 +115,30 @@ def end_refusal(
     *,
     born_timestamp: int,
     now_ms: int,
+    producer_group: str | None = None,
+    from_transaction_check: bool = False,
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
 ) -> str | None:
-    """Why the broker refuses a producer's end of the half at ``now_ms``, or ``None``.
+    """Why the broker refuses an end of the half at ``now_ms``, or ``None``.
 
-    ``EndTransactionProcessor.rejectCommitOrRollback``: a half carrying
-    ``CHECK_IMMUNITY_TIME_IN_SECONDS`` can only be ended by its producer within that time (at least
-    the transaction timeout) of its born time; later only the check-back may end it
-    (``ILLEGAL_OPERATION``). The processor's other checks (``PGROUP`` equals the request's producer
-    group, the request's queue and commitlog offsets are the half's) compare the request with the
-    half it names and hold for any end a producer sends after its own half.
+    ``EndTransactionProcessor``: ``rejectCommitOrRollback`` refuses a producer's end (not one from
+    the check-back) of a half carrying ``CHECK_IMMUNITY_TIME_IN_SECONDS`` more than that time (at
+    least the transaction timeout; an unparsable value counts as 0) after its born time
+    (``ILLEGAL_OPERATION``: only the check-back may end it then). ``checkPrepareMessage`` refuses an
+    end whose producer group is not the half's ``PGROUP`` (``producer_group``, when the end names
+    one); its other checks (the request's queue and commitlog offsets are the half's) hold for any
+    end that names its half. The broker does not look at whether the half was already ended.
     """
-    immunity = dict(half_properties).get(CHECK_IMMUNITY_TIME_IN_SECONDS)
-    if not immunity:
+    pairs = dict(half_properties)
+    if producer_group is not None and pairs.get(PGROUP) != producer_group:
+        return f"the producer group {producer_group!r} is not the half's {pairs.get(PGROUP)!r}"
+    immunity = pairs.get(CHECK_IMMUNITY_TIME_IN_SECONDS)
+    if from_transaction_check or not immunity:
         return None
     seconds = int(immunity) if _JAVA_INTEGER.fullmatch(immunity) and -(1 << 63) <= int(immunity) < (1 << 63) else 0
     window = max(seconds * 1000, transaction_timeout_ms)
-    if now_ms - born_timestamp > window:
-        late = now_ms - born_timestamp
+    late = now_ms - born_timestamp
+    if late > window:
         return f"the end came {late} ms after the born time, over the check immunity time {window} ms"
     return None
 
