@@ -2,7 +2,7 @@
 
 A ``TransactionMQProducer`` sends half messages to two topics (the producer picks the queues, round
 robin); its local transaction commits some, rolls back some and leaves the rest unknown, so they stay
-open (the broker's check-back is kept away: its transaction timeout is an hour). Sends carry tags,
+open (the broker's check-back is stopped: open halves stay as sent). Sends carry tags,
 keys (several, or none) and user properties. The harness waits until every commit is on its topic and
 the op records name every ended half, then shuts the broker down cleanly.
 

@@ -42,8 +42,8 @@ import org.apache.rocketmq.store.MessageStore;
  *
  * <p>{@code end} is what the local transaction answers: {@code COMMIT}, {@code ROLLBACK} or
  * {@code UNKNOWN} (the producer then sends no end the broker acts on). The broker's check-back is
- * kept away from the test: the transaction timeout is an hour (no half is old enough to be checked)
- * and the producer's check answers unknown. The producer picks the queues (round robin). After the
+ * kept away from the test: its service is stopped once the broker has started, the transaction
+ * timeout is an hour and the producer's check answers unknown. The producer picks the queues (round robin). After the
  * sends the harness waits until every commit is on its real topic and the op records name every
  * ended half (the broker writes them in batches, {@code opBatchIntervalMillis} apart), then
  * {@code settleMillis} longer to catch anything extra. The answer lists each send's result and
@@ -77,8 +77,10 @@ public class TransactionHarness {
             namesrv = BrokerHarness.startNamesrv(work, namesrvPort);
             String namesrvAddr = "127.0.0.1:" + namesrvPort;
             broker = BrokerHarness.startBroker(spec, namesrvAddr, BrokerHarness.freePorts(2));
-            // read by the check service and the op batcher at each round: no half is old enough to be checked
+            // no check-back: its first round (30 s after start) would re-put a half carrying
+            // CHECK_IMMUNITY_TIME_IN_SECONDS, and one past the timeout would ask the producer
             broker.getBrokerConfig().setTransactionTimeOut(3600 * 1000L);
+            broker.getTransactionalMessageCheckService().shutdown();
             broker.getBrokerConfig().setTransactionOpBatchInterval(spec.getIntValue("opBatchIntervalMillis"));
             result.put("brokerAddr", broker.getBrokerAddr());
             result.put("brokerName", broker.getBrokerConfig().getBrokerName());
