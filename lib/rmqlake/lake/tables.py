@@ -330,8 +330,8 @@ MESSAGE_COLUMNS = columns(
     ("uniq_key", "string", "the UNIQ_KEY property: the client's msgId"),
     ("msg_id", "string", "the offsetMsgId: store host and physical offset, in hex"),
     ("batch_id", "string", "extra: the ingest batch that wrote the message"),
-    ("source_file", "string", "extra: the producer log file the message came from"),
-    ("source_line", "bigint", "extra: its 1-based line number in that file"),
+    ("source_file", "string", "extra: the producer log file of the message ('(scheduled delivery)': see source_line)"),
+    ("source_line", "bigint", "extra: its 1-based line number there (a delivery: its message's physical offset)"),
     ("properties_bytes", "binary", "extra: the PROPERTIES field's bytes, exactly as stored"),
 )
 SEGMENT = Column("segment", "string", "the CommitLog file name: its start offset, 20 digits")
