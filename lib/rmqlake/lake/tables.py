@@ -331,7 +331,7 @@ MESSAGE_COLUMNS = columns(
     ("msg_id", "string", "the offsetMsgId: store host and physical offset, in hex"),
     ("batch_id", "string", "extra: the ingest batch that wrote the message"),
     ("source_file", "string", "extra: the producer log file of the message ('(scheduled delivery)': see source_line)"),
-    ("source_line", "bigint", "extra: its 1-based line number there (a delivery: its message's physical offset)"),
+    ("source_line", "bigint", "extra: its 1-based line number there ('(scheduled delivery)': its message's offset)"),
     ("properties_bytes", "binary", "extra: the PROPERTIES field's bytes, exactly as stored"),
 )
 SEGMENT = Column("segment", "string", "the CommitLog file name: its start offset, 20 digits")
