@@ -6,8 +6,9 @@ An origin is a record on ``SCHEDULE_TOPIC_XXXX`` or the timer topic with ``REAL_
 run's append like any message: a scratch row (the record's fields) and a narrow row (``kind`` 1) that sorts
 it after the messages stored at its due time.
 
-Origins come from two places: the run's own lines (``origins_of_split``), and the lake, for origins of
-earlier runs that come due now (``deliveries_from_lake``, a task per slice of the commitlog).
+Origins come from two places: the run's own lines (found by ``Origins`` in each parse task), and the lake, for
+origins of earlier runs that come due now (``ingest.tasks.earlier_deliveries``, a task per slice of the
+commitlog). ``schedule_after`` turns what a run delivered and left pending into the lake's ``ScheduleState``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from rmqlake.formats.properties import serialize_properties
 from rmqlake.formats.record import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, magic_for_topic, record_size
 from rmqlake.formats.schedule import (
     DELAY,
-    REAL_QID,
     REAL_TOPIC,
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
@@ -33,23 +33,14 @@ from rmqlake.formats.schedule import (
     due_ms,
     java_long,
 )
+from rmqlake.ingest.message import MESSAGE_TYPES
 from rmqlake.ingest.scratch import NARROW_SCHEMA, SCRATCH_BATCH_ROWS, SCRATCH_COLUMNS
 from rmqlake.lake.state import PendingGroup, PendingKey, ScheduleState
-from rmqlake.lake.tables import columns
 
 SCHEDULED_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC)
 # An origin of an earlier run sorts before the run's own origins among deliveries due together.
 EARLIER_RUN_TIMESTAMP = -(1 << 63)
 EARLIER_RUN_RANK = -1
-
-# Deliveries not due by the run's clock, counted per group: what ``ScheduleState.pending`` is made of.
-PENDING = columns(
-    ("level", "int", "delay level; 0 for the timer wheel"),
-    ("topic", "string", "the real topic the deliveries go to"),
-    ("count", "bigint", "deliveries not yet due"),
-    ("next_due", "bigint", "the earliest due time among them (epoch ms)"),
-    ("min_offset", "bigint", "the lowest physical offset of their origins (null: origins of this run)"),
-)
 
 
 class Origins:
@@ -161,8 +152,6 @@ def scratch_rows_of_commitlog(rows: pa.Table) -> pa.Table:
         "store_host_prefix": pa.array([prefixes[h] for h in rows.column("store_host").to_pylist()], pa.string()),
         "real_queue_round_robin": pa.array(np.zeros(rows.num_rows, bool)),
     }
-    from rmqlake.ingest.message import MESSAGE_TYPES
-
     types = {"source_line": pa.int64(), **MESSAGE_TYPES}
     return pa.table(
         {
@@ -173,7 +162,8 @@ def scratch_rows_of_commitlog(rows: pa.Table) -> pa.Table:
 
 
 def pending_rows(topics: list[str], levels: list[int], due: list[int], offsets: list[int | None]) -> Iterator[dict]:
-    """Group deliveries not yet due into ``PENDING`` rows."""
+    """Group deliveries not yet due per (level, real topic): count, first due time, lowest origin offset (``None``
+    for origins of this run, whose offsets are not known yet)."""
     groups: dict[tuple[int, str], dict] = {}
     for topic, level, when, offset in zip(topics, levels, due, offsets, strict=True):
         group = groups.get((level, topic))
@@ -191,11 +181,6 @@ def pending_rows(topics: list[str], levels: list[int], due: list[int], offsets: 
 def real_topics(records: pa.Table) -> list[str]:
     """The REAL_TOPIC of each record."""
     return [dict(pairs)[REAL_TOPIC] for pairs in records.column("properties").to_pylist()]
-
-
-def real_queues(records: pa.Table) -> list[int]:
-    """The REAL_QID of each record."""
-    return [java_long(dict(pairs)[REAL_QID], bits=32) for pairs in records.column("properties").to_pylist()]
 
 
 def pending_as_rows(schedule: ScheduleState) -> list[dict]:
