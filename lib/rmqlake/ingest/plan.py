@@ -406,20 +406,6 @@ def plan_append(
     )
 
 
-def replay_end_offset(sizes: Iterable[int], *, start_offset: int, segment_size: int, chunk: int = 65536) -> int:
-    """Write position after appending records of ``sizes`` from ``start_offset`` (rolls included)."""
-    position = start_offset
-    buffer: list[int] = []
-    for size in sizes:
-        buffer.append(size)
-        if len(buffer) >= chunk:
-            position = place_records(buffer, start_offset=position, segment_size=segment_size).end_offset
-            buffer = []
-    if buffer:
-        position = place_records(buffer, start_offset=position, segment_size=segment_size).end_offset
-    return position
-
-
 PLACEMENT_SCHEMA = pa.schema(
     [
         ("split", pa.int32()),

@@ -29,6 +29,15 @@ line (its position, order key, topic, queue, sysFlag and size) does.
    rolls and queue offsets from its start, fetches its messages from the
    scratch files (the batches holding them), and writes them in offset
    order as the commitlog's Parquet files, one per segment touched.
+
+Delay-level and timer messages (``ingest.deliveries``) ride along: a parse
+task also writes, after its messages, the delivery record of each one it
+re-routed, with a narrow row of kind 1 at the due time; ordering drops the
+ones due after the run's clock (they are counted as pending) and tells a
+delivery whose message took a round-robin turn which turn that was (the
+message's partition and ordinal), so its queue and REAL_QID are known before
+that partition is written. Deliveries of earlier runs' messages come from
+``earlier_deliveries`` as extra splits.
 """
 
 from __future__ import annotations
