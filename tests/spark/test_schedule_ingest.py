@@ -132,16 +132,21 @@ def _at(ms: int):
     return datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def test_expiry_of_a_segment_loses_its_pending_deliveries_as_a_broker_does(spark, tmp_path):
-    """Delayed messages whose segment expires before they are due are gone (a broker's ScheduleMessageService
-    finds no record behind the queue unit): the state counts only what is left, which later runs deliver."""
+def test_pending_messages_wait_on_the_schedule_topic_and_expiry_loses_them_as_a_broker_does(spark, tmp_path):
+    """A pull and a key lookup on the real topic find a delayed message only once delivered (before, a key
+    lookup on SCHEDULE_TOPIC_XXXX finds it). Delayed messages whose segment expires before they are due are
+    gone (a broker's ScheduleMessageService finds no record behind the queue unit): the state counts only what
+    is left, which later runs deliver."""
+    from rmqlake.query import query_key, query_offset
     from rmqlake.steps.expire import expire
     from rmqlake.steps.quality import quality
+    from rmqlake.steps.reput import reput
 
     lines = [
-        {"topic": "OrderEvents", "queueId": 0, "body": "x" * 600, "bornTimestamp": START + i * 1000, "delayLevel": 6}
+        {"topic": "OrderEvents", "queueId": 0, "keys": f"order-{i}", "body": "x" * 600,
+         "bornTimestamp": START + i * 1000, "delayLevel": 6}
         for i in range(60)
-    ]
+    ]  # fmt: skip
     settings = settings_for(
         tmp_path, "retention.file_reserved_hours=0", "retention.delete_when=04", "quality.report=false"
     )
@@ -150,6 +155,18 @@ def test_expiry_of_a_segment_loses_its_pending_deliveries_as_a_broker_does(spark
     lake = Lake.from_settings(settings)
     before = lake.state().schedule
     assert before.pending_count == 30  # due 30 s after their store time: the last 30 are not due by the last one
+    reput(spark, settings)
+    slots, sizes = settings.store.index_slots, {"segment_size": SEGMENT}
+    dispatched = Lake.from_settings(settings)
+    pulled = query_offset(dispatched, topic="OrderEvents", queue=0, offset=0, max_num=64, **sizes)
+    assert [(m["keys"], m["store_timestamp"]) for m in pulled["rows"]] == [
+        ([f"order-{i}"], START + i * 1000 + 30_000) for i in range(30)
+    ]  # the deliveries, at their due times; nothing of the 30 waiting
+    for i, found in ((0, 1), (59, 0)):
+        keyed = query_key(dispatched, topic="OrderEvents", key=f"order-{i}", slots=slots, **sizes)
+        assert len(keyed["rows"]) == found
+        waiting = query_key(dispatched, topic="SCHEDULE_TOPIC_XXXX", key=f"order-{i}", slots=slots, **sizes)
+        assert [(m["queue_id"], m["store_timestamp"]) for m in waiting["rows"]] == [(5, START + i * 1000)]
     deleted = expire(spark, settings, now=_at(_next_hour(START, 4)))
     assert deleted["segments_deleted"] > 0
     lost = deleted["scheduled_deliveries_lost"]
@@ -172,37 +189,3 @@ def _next_hour(ms: int, hour: int) -> int:
 
     moment = datetime.fromtimestamp(ms / 1000, UTC).replace(hour=hour, minute=0, second=0, microsecond=0)
     return int((moment + timedelta(days=1)).timestamp() * 1000)
-
-
-def test_the_real_topic_sees_a_delayed_message_only_from_its_delivery(spark, tmp_path):
-    """A pull of the real topic's queue and a key lookup on it find nothing while the message waits on the
-    schedule topic (where a key lookup on SCHEDULE_TOPIC_XXXX finds it), then the delivered record."""
-    from rmqlake.query import query_key, query_offset
-    from rmqlake.steps.reput import reput
-
-    settings = settings_for(tmp_path)
-    delayed = {"topic": "OrderEvents", "queueId": 2, "keys": "order-7", "body": "later", "bornTimestamp": START}
-    ingest(spark, settings, input_path=str(write_jsonl(tmp_path / "in" / "a.jsonl", [{**delayed, "delayLevel": 6}])))
-    reput(spark, settings)
-    lake = Lake.from_settings(settings)
-    sizes = {"segment_size": SEGMENT}
-
-    def lookups():
-        lake = Lake.from_settings(settings)
-        pulled = query_offset(lake, topic="OrderEvents", queue=2, offset=0, **sizes)["rows"]
-        keyed = query_key(lake, topic="OrderEvents", key="order-7", slots=settings.store.index_slots, **sizes)
-        waiting = query_key(lake, topic="SCHEDULE_TOPIC_XXXX", key="order-7", slots=settings.store.index_slots, **sizes)
-        return pulled, keyed["rows"], waiting["rows"]
-
-    pulled, keyed, waiting = lookups()
-    assert pulled == [] and keyed == []
-    assert [(m["queue_id"], m["store_timestamp"]) for m in waiting] == [(5, START)]  # level 6: queue 5
-    assert lake.state().schedule.pending_count == 1
-
-    later = {"topic": "OrderEvents", "queueId": 0, "body": "tick", "bornTimestamp": START + 60_000}
-    ingest(spark, settings, input_path=str(write_jsonl(tmp_path / "in" / "b.jsonl", [later])))
-    reput(spark, settings)
-    pulled, keyed, waiting = lookups()
-    assert [(m["body"], m["store_timestamp"]) for m in pulled] == [(b"later", START + 30_000)]
-    assert [m["physical_offset"] for m in keyed] == [m["physical_offset"] for m in pulled]
-    assert len(waiting) == 1  # the schedule topic keeps its record
