@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+HALF, OP = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 MAGIC_V1 = 0xDAA320A7 - (1 << 32)
 MAGIC_V2 = 0xDAA320AB - (1 << 32)
 TX = {"NOT_TYPE": 0, "PREPARED": 4, "COMMIT": 8, "ROLLBACK": 12}
@@ -87,6 +88,7 @@ class RefBroker:
     blanks: list = field(default_factory=list)  # (position, length)
     clock: int | None = None  # the last run's delivery clock
     scheduled: list = field(default_factory=list)  # origins not delivered yet, in append order
+    halves: dict = field(default_factory=dict)  # UNIQ_KEY -> the latest half message with it
 
     # -- validation, independent of rmqlake.ingest.lines -------------------------------------
     def _validate(self, raw: bytes, path: str, line: int, file_sha: str) -> dict | None:
@@ -97,6 +99,8 @@ class RefBroker:
             return None
         if not isinstance(doc, dict):
             return None
+        if "endTransaction" in doc:
+            return self._end_line(doc, path, line)
 
         def is_int(v):
             return isinstance(v, int) and not isinstance(v, bool)
@@ -104,7 +108,7 @@ class RefBroker:
         topic, body_text, born = doc.get("topic"), doc.get("body"), doc.get("bornTimestamp")
         if not isinstance(topic, str) or not isinstance(body_text, str) or not is_int(born) or born < 0:
             return None
-        if not re.fullmatch(r"[%|a-zA-Z0-9_-]+", topic):
+        if not re.fullmatch(r"[%|a-zA-Z0-9_-]+", topic) or topic in (HALF, OP):
             return None
         if len(topic) > (255 if topic.startswith("%RETRY%") else 127):
             return None
@@ -164,7 +168,17 @@ class RefBroker:
             (n, v) for n, v in (("KEYS", keys), ("TAGS", tags), ("UNIQ_KEY", uniq), ("CLUSTER", cfg.cluster)) if v
         ]
         route = None
-        if TX[tx] in (0, 8) and topic != SCHEDULE:
+        named = dict(pairs)
+        if named.get("TRAN_MSG", "").lower() == "true" and not (doc.get("reconsumeTimes", 0) > 0 and "DELAY" in named):
+            if "DELAY" in named or any(n in named for n in TIMER_NAMES):
+                return None
+            # TransactionalMessageBridge.parseHalfMessageInner: the half topic's queue 0, transaction bits reset
+            extra = [("__transactionId__", uniq)] if uniq else []
+            pairs = [*pairs, *extra, ("REAL_TOPIC", topic), ("REAL_QID", None)]
+            route = {"topic": HALF, "queue": 0, "pairs": pairs, "half": True, "real_topic": topic,
+                     "real_qid": queue_id}  # fmt: skip
+            topic, tx = HALF, "NOT_TYPE"
+        elif TX[tx] in (0, 8) and topic != SCHEDULE:
             route = self._route(topic, pairs, store_ts)
             if route == "refused":
                 return None
@@ -209,6 +223,83 @@ class RefBroker:
         if len(msg["bytes"]) + 8 > cfg.segment_size or len(msg["bytes"]) > cfg.max_message_size + 65536:
             return None
         return msg
+
+    def _end_line(self, doc: dict, path: str, line: int) -> dict | None:
+        kind, uniq, stamp = doc.get("endTransaction"), doc.get("uniqKey"), doc.get("storeTimestamp")
+        allowed = {"endTransaction", "uniqKey", "storeTimestamp", "topic", "producerGroup", "fromTransactionCheck"}
+        if kind not in ("COMMIT", "ROLLBACK") or not isinstance(uniq, str) or not uniq or set(doc) - allowed:
+            return None
+        if not isinstance(stamp, int) or isinstance(stamp, bool) or stamp < 0:
+            return None
+        return {"end": kind, "uniq_key": uniq, "store_timestamp": stamp, "end_topic": doc.get("topic"),
+                "producer_group": doc.get("producerGroup"), "source_file": path, "source_line": line}  # fmt: skip
+
+    def _end(self, end: dict) -> None:
+        """EndTransactionProcessor: the latest half with the UNIQ_KEY, unless none, already ended or refused; a
+        COMMIT re-puts it on its real topic and queue, then (either end) the op record names its queue offset."""
+        half = self.halves.get(end["uniq_key"])
+        pairs = dict(half["pairs"]) if half else {}
+        if (
+            half is None
+            or half.get("ended")
+            or (end["producer_group"] is not None and end["producer_group"] != pairs.get("PGROUP"))
+            or (end["end_topic"] is not None and end["end_topic"] != pairs.get("REAL_TOPIC"))
+        ):
+            self.rejected.append((end["source_file"], end["source_line"]))
+            return
+        half["ended"] = True
+        if end["end"] == "COMMIT":
+            reput = dict(half)
+            reput.update(
+                topic=pairs["REAL_TOPIC"],
+                queue_id=int(pairs["REAL_QID"]),
+                sys_flag=(half["sys_flag"] & ~0xC) | 8,
+                store_timestamp=end["store_timestamp"],
+                prepared_transaction_offset=half["physical_offset"],
+                magic=MAGIC_V2 if len(pairs["REAL_TOPIC"]) > 127 else MAGIC_V1,
+                route=None,
+                source_file=end["source_file"],
+                source_line=end["source_line"],
+            )
+            reput["bytes"] = encode(reput, queue_offset=0, physical_offset=0)
+            self._append(reput)
+        end["half"] = half
+
+    def _op(self, end: dict) -> None:
+        """The op record of an accepted end: the half's queue offset, written by the broker (its store host)."""
+        half = end["half"]
+        body = f"{half['queue_offset']},".encode()
+        store_v6 = len(half["store_raw"]) == 20
+        op = {
+            "topic": OP,
+            "queue_id": 0,
+            "flag": 0,
+            "sys_flag": 0x30 if store_v6 else 0,
+            "magic": MAGIC_V1,
+            "born_timestamp": end["store_timestamp"],
+            "born_host": half["store_host"],
+            "born_raw": half["store_raw"],
+            "store_timestamp": end["store_timestamp"],
+            "store_host": half["store_host"],
+            "store_raw": half["store_raw"],
+            "reconsume_times": 0,
+            "prepared_transaction_offset": 0,
+            "body": body,
+            "body_crc": zlib.crc32(body) & 0x7FFFFFFF,
+            # a default HashMap (16 buckets), not the broker's decoding map: WAIT's bucket comes first (a real
+            # broker's op records say so, tests/interop/test_transaction_from_rocketmq.py)
+            "properties_bytes": b"WAIT\x01true\x02TAGS\x01d\x02",
+            "keys": [],
+            "keys_property": None,
+            "tags": "d",
+            "uniq_key": None,
+            "source_file": end["source_file"],
+            "source_line": end["source_line"],
+            "pairs": [("WAIT", "true"), ("TAGS", "d")],
+            "route": None,
+        }
+        op["bytes"] = encode(op, queue_offset=0, physical_offset=0)
+        self._append(op)
 
     def _route(self, topic: str, pairs: list, now: int):
         """HookUtils.handleScheduleMessage, written out again: None (stored as sent), "refused" or the routing."""
@@ -301,13 +392,24 @@ class RefBroker:
                   for m in batch]  # fmt: skip
         events += [e for e in earlier if clock is not None and e[0] <= clock]
         events += [(m["route"]["due"], 1, m["store_timestamp"], m["source_file"], m["source_line"], m, None)
-                   for m in batch if m["route"] and clock is not None and m["route"]["due"] <= clock]  # fmt: skip
+                   for m in batch if m.get("route") and "due" in m["route"] and clock is not None
+                   and m["route"]["due"] <= clock]  # fmt: skip
+        # an end's op record goes after everything else stored in its millisecond
+        events += [(m["store_timestamp"], 2, m["store_timestamp"], m["source_file"], m["source_line"], m, "op")
+                   for m in batch if "end" in m]  # fmt: skip
         events.sort(key=lambda e: e[:5])
         delivered = set()
         for *_, msg, earlier_origin in events:
-            if earlier_origin is False:
+            if "end" in msg and earlier_origin == "op":
+                if msg.get("half") is not None:
+                    self._op(msg)
+            elif "end" in msg:
+                self._end(msg)
+            elif earlier_origin is False:
                 self._append(msg)
-                if msg["route"]:
+                if msg["route"] and msg["route"].get("half"):
+                    self.halves[msg["uniq_key"]] = msg
+                elif msg["route"]:
                     self.scheduled.append(msg)
             else:
                 self._append(self._delivery(msg, earlier=earlier_origin))

@@ -27,12 +27,13 @@ in either order; each end is applied after its half is stored).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
 
 from rmqlake.formats.consumequeue import tags_code
-from rmqlake.formats.properties import broker_properties, serialize_properties
+from rmqlake.formats.properties import broker_properties, parse_properties, serialize_properties
 from rmqlake.formats.record import TRANSACTION_PREPARED_TYPE
 from rmqlake.formats.transaction import (
     HALF_TOPIC,
@@ -43,7 +44,10 @@ from rmqlake.formats.transaction import (
     op_properties,
     op_records,
 )
+from rmqlake.lake import Lake
+from rmqlake.steps.ingest import ingest
 from tests.interop import data, transaction
+from tests.interop.conftest import lake_settings
 
 pytestmark = pytest.mark.interop
 END_TOLERANCE_MS = 30_000
@@ -173,3 +177,112 @@ def test_op_records_name_each_ended_half_once_as_the_rules_give(broker):
         assert op["physical_offset"] > ended[offset]["physical_offset"]
     # however the broker grouped them, the rules' records name the same halves in the same order
     assert [o for r in op_records(named) for o in op_offsets(r.body)] == named
+
+
+# -- the same sends through rmqlake's ingest ------------------------------------------------------
+
+# A record's fields rmqlake must give exactly as the broker stored them (offsets: see the test).
+EXACT = ("topic", "queue_id", "flag", "sys_flag", "born_timestamp", "born_host", "store_host", "reconsume_times",
+         "body", "total_size", "raw_properties", "store_timestamp")  # fmt: skip
+OP_EXACT = ("topic", "queue_id", "flag", "sys_flag", "reconsume_times", "prepared_transaction_offset",
+            "raw_properties")  # fmt: skip
+
+
+def producer_logs(broker: transaction.BrokerRun, folder) -> list:
+    """The sends and their ends as two producer logs, cut at the middle send's store time, so that some ends
+    find their half in the lake: each send a ``PREPARED`` line with what the client sent (``TRAN_MSG``,
+    ``PGROUP`` and the client's own properties) and the broker's store time and hosts; each end an
+    ``endTransaction`` line at the broker's time for it (a commit's store time; a rollback's op record's)."""
+    lines = []
+    ops = [r for r in broker.records if r["topic"] == OP_TOPIC]
+    for send, result in zip(broker.sends, broker.answer["sends"], strict=True):
+        stored = half_of(broker, result)
+        properties = dict(send.get("properties", {}))
+        properties.update(TRAN_MSG="true", PGROUP=transaction.PRODUCER_GROUP, WAIT="true",
+                          MSG_REGION="DefaultRegion", TRACE_ON="true")  # fmt: skip
+        line = {"topic": send["topic"], "queueId": result["queueId"], "body": send["body"],
+                "uniqKey": result["msgId"], "flag": stored["flag"], "bornTimestamp": stored["born_timestamp"],
+                "storeTimestamp": stored["store_timestamp"], "bornHost": stored["born_host"],
+                "storeHost": stored["store_host"], "transaction": "PREPARED", "properties": properties}  # fmt: skip
+        line.update({name: send[name] for name in ("keys", "tags") if name in send})
+        lines.append(line)
+        if send["end"] == "COMMIT":
+            (reput,) = (r for r in records_of(broker, result["msgId"]) if r["topic"] != HALF_TOPIC)
+            at = reput["store_timestamp"]
+        elif send["end"] == "ROLLBACK":
+            at = next(r["store_timestamp"] for r in ops if result["queueOffset"] in op_offsets(r["body"]))
+        else:
+            continue
+        lines.append({"endTransaction": send["end"], "uniqKey": result["msgId"], "storeTimestamp": at,
+                      "producerGroup": transaction.PRODUCER_GROUP})  # fmt: skip
+    lines.sort(key=lambda line: line["storeTimestamp"])
+    cut = sorted(line["storeTimestamp"] for line in lines if "topic" in line)[len(broker.sends) // 2]
+    folder.mkdir(parents=True)
+    paths = []
+    for name, part in (("early", [x for x in lines if x["storeTimestamp"] < cut]),
+                       ("late", [x for x in lines if x["storeTimestamp"] >= cut])):  # fmt: skip
+        path = folder / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(x) + "\n" for x in part))
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.spark
+def test_the_sends_and_ends_as_producer_logs_give_the_brokers_records(spark, broker, tmp_path):
+    """rmqlake's ingest of the sends and ends, in two runs (ends of the first run's halves in the second),
+    against the broker's commitlog, record by record (a half and its commit by UNIQ_KEY).
+
+    Equal: every field of every half and commit (topic, queue, sysFlag, flag, body, born time and host,
+    store host, reconsume times, size, properties byte for byte, store time), the halves' queue offsets, the
+    commits' queue offsets per queue, and each commit's ``preparedTransactionOffset`` pointing at its half.
+    The op records: the same properties, queue, flags and hosts, and together the same ended halves. What
+    the broker's timing decides differs by construction: it batches the ends of each interval into one op
+    record written a little later, rmqlake writes one per end at the end's time; so op records' bodies,
+    times and count, and every physical offset after the first op record, may differ.
+    """
+    settings = lake_settings(tmp_path / "lake")
+    early, late = producer_logs(broker, tmp_path / "in")
+    early_halves = {json.loads(x)["uniqKey"] for x in early.read_text().splitlines() if "topic" in json.loads(x)}
+    late_ends = {json.loads(x)["uniqKey"] for x in late.read_text().splitlines() if "endTransaction" in json.loads(x)}
+    assert early_halves & late_ends  # ends whose half an earlier run stored
+    runs = [ingest(spark, settings, input_path=str(path)) for path in (early, late)]
+    assert sum(run["rejected"] for run in runs) == 0
+    assert sum(run["transaction_halves"] for run in runs) == len(broker.sends)
+    ended = Counter(send["end"] for send in broker.sends)
+    assert sum(run["transaction_commits"] for run in runs) == ended["COMMIT"]
+    assert sum(run["transaction_rollbacks"] for run in runs) == ended["ROLLBACK"]
+    rows = Lake.from_settings(settings, read_only=True).read_arrow("commitlog").to_pylist()
+    ours = [{**row, "raw_properties": row["properties_bytes"]} for row in rows]
+    theirs = broker.records
+
+    def by_identity(records):
+        found = {}
+        for record in sorted(records, key=lambda r: r["physical_offset"]):
+            if record["topic"] != OP_TOPIC:
+                uniq = parse_properties(record["raw_properties"])["UNIQ_KEY"]
+                found[(uniq, record["topic"] != HALF_TOPIC)] = record
+        return found
+
+    mine, their_records = by_identity(ours), by_identity(theirs)
+    assert sorted(mine) == sorted(their_records)
+    for identity, their in their_records.items():
+        our = mine[identity]
+        assert {k: our[k] for k in EXACT} == {k: their[k] for k in EXACT}, identity
+        if identity[1]:  # a commit: at its half's offset, on its side
+            half_record = mine[(identity[0], False)]
+            assert our["prepared_transaction_offset"] == half_record["physical_offset"]
+        else:
+            assert our["queue_offset"] == their["queue_offset"], identity
+
+    def commit_slots(records):
+        return sorted((r["topic"], r["queue_id"], r["queue_offset"]) for (_, commit), r in records.items() if commit)
+
+    assert commit_slots(mine) == commit_slots(their_records)
+    our_ops = [r for r in ours if r["topic"] == OP_TOPIC]
+    their_ops = [r for r in theirs if r["topic"] == OP_TOPIC]
+    for op in our_ops:
+        assert {k: op[k] for k in OP_EXACT} == {k: their_ops[0][k] for k in OP_EXACT}
+        assert op["born_host"] == op["store_host"] == their_ops[0]["store_host"]
+    named = sorted(o for op in our_ops for o in op_offsets(op["body"]))
+    assert named == sorted(o for op in their_ops for o in op_offsets(op["body"]))
+    assert len(our_ops) == ended["COMMIT"] + ended["ROLLBACK"]  # one op record per end

@@ -18,7 +18,7 @@ import pytest
 
 from rmqlake.generate import TopicPlan, generate
 from rmqlake.ingest.blocks import parse_block
-from rmqlake.ingest.lines import ParseOptions, Rejection, line_parser, parse_line
+from rmqlake.ingest.lines import EndTransaction, ParseOptions, Rejection, line_parser, parse_line
 from rmqlake.ingest.parse import parse_lines
 
 OPTIONS = ParseOptions(
@@ -129,6 +129,25 @@ CORNER_LINES = [
     line(transaction="NOT_TYPE"),
     line(transaction=""),
     line(transaction="BOGUS"),
+    # transactional halves: re-routed by the per-line parser
+    line(transaction="PREPARED", properties={"TRAN_MSG": "true", "PGROUP": "g"}),
+    line(transaction="PREPARED", properties={"TRAN_MSG": "TRUE"}, queueId=3, keys="k1"),
+    line(properties={"TRAN_MSG": "true"}),  # the broker decides by TRAN_MSG alone
+    line(properties={"TRAN_MSG": "false"}),
+    line(transaction="PREPARED", properties={"TRAN_MSG": "true"}, delayLevel=2),  # refused
+    line(transaction="PREPARED", properties={"TRAN_MSG": "true", "DELAY": "3"}, reconsumeTimes=1),  # a retry
+    line(topic="RMQ_SYS_TRANS_HALF_TOPIC"),  # sends to the transaction topics are refused
+    line(topic="RMQ_SYS_TRANS_OP_HALF_TOPIC"),
+    # end lines
+    b'{"endTransaction": "COMMIT", "uniqKey": "AB12", "storeTimestamp": 5}',
+    b'{"endTransaction": "ROLLBACK", "uniqKey": "AB12", "storeTimestamp": 5, "topic": "Orders", '
+    b'"producerGroup": "g", "fromTransactionCheck": true}',
+    b'{"endTransaction": "ABORT", "uniqKey": "AB12", "storeTimestamp": 5}',
+    b'{"endTransaction": "COMMIT", "storeTimestamp": 5}',
+    b'{"endTransaction": "COMMIT", "uniqKey": "AB12"}',
+    b'{"endTransaction": "COMMIT", "uniqKey": "AB12", "storeTimestamp": 5, "body": "x"}',
+    b'{"endTransaction": "COMMIT", "uniqKey": "AB12", "storeTimestamp": 5, "fromTransactionCheck": "yes"}',
+    b'{"endTransaction": 1, "uniqKey": "AB12", "storeTimestamp": 5}',
     line(bornHost="[2001:db8::21]:50100"),
     line(storeHost="[::1]:10911"),
     line(bornHost=""),
@@ -161,11 +180,11 @@ def per_line(lines, first_line, options):
     outcomes = []
     for number, raw in enumerate(lines, start=first_line):
         try:
-            message = parse_line(raw, options=options, source_line=number, file_hash32=HASH32)._asdict()
+            parsed = parse_line(raw, options=options, source_line=number, file_hash32=HASH32)
         except Rejection as exc:
             outcomes.append(("rejected", str(exc)))
         else:
-            outcomes.append(("message", message))
+            outcomes.append(("end" if isinstance(parsed, EndTransaction) else "message", parsed._asdict()))
     return outcomes
 
 
@@ -177,6 +196,10 @@ def block_route(lines, first_line, options):
         if row["reject_reason"] is not None:
             assert row["raw"] is not None
             outcomes.append(("rejected", row["reject_reason"]))
+        elif row["end_transaction"] is not None:
+            end = EndTransaction(row["end_transaction"], row["uniq_key"], row["store_timestamp"], row["topic"],
+                                 row["end_producer_group"], row["end_from_check"])  # fmt: skip
+            outcomes.append(("end", end._asdict()))
         else:
             message = {name: row[name] for name in _MESSAGE_NAMES}
             outcomes.append(("message", message))

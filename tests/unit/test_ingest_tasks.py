@@ -226,6 +226,8 @@ def test_a_truncated_gzip_input_keeps_its_lines_and_rejects_where_it_breaks(tmp_
         "rejected": 1,
         "last_store_timestamp": 1_000 + len(kept) - 1,
         "origins": 0,
+        "ends": 0,
+        "halves": 0,
     }
     rejected = pq.read_table(storage.file_path(f"{target.rejected_dir}/part-000000-r1.parquet")).to_pylist()
     assert [(r["source_file"], r["source_line"]) for r in rejected] == [(str(path), len(kept) + 1)]

@@ -46,7 +46,8 @@ from rmqlake.formats.properties import (
 )
 from rmqlake.formats.record import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, TRANSACTION_TYPES
 from rmqlake.formats.schedule import TIMER_PROPERTIES
-from rmqlake.ingest.lines import JAVA_INT_MAX, JAVA_INT_MIN, LineParser
+from rmqlake.formats.transaction import TRAN_MSG
+from rmqlake.ingest.lines import FORBIDDEN_SEND_TOPICS, JAVA_INT_MAX, JAVA_INT_MIN, LineParser
 from rmqlake.ingest.message import DECODE_REFUSED, LINE_DECODER, MESSAGE_TYPES, LineFields
 
 _ABSENT = LineFields()  # stands in for a line msgspec refused, so every column has a value per line
@@ -96,7 +97,9 @@ def parse_block(parser: LineParser, lines: list[bytes], *, first_line: int, file
         return BlockColumns(np.zeros(0, np.int64), {}, np.arange(count))
 
 
-_SCHEDULING = frozenset((DELAY, *TIMER_PROPERTIES))
+# Properties the broker re-routes a message by (a delay level, a timer, a transactional half): the per-line
+# parser applies the routing.
+_SCHEDULING = frozenset((DELAY, *TIMER_PROPERTIES, TRAN_MSG))
 
 
 class _Block:
@@ -123,8 +126,16 @@ class _Block:
 
     def decide(self) -> BlockColumns:
         out: dict[str, pa.Array] = {}
-        # a delay level or timer: the per-line parser applies the broker's re-routing
-        self.mark(np.array([f.delay_level is not None or f.deliver_time_ms is not None for f in self.fields], bool))
+        # a delay level or timer: the per-line parser applies the broker's re-routing; an end line is not a message
+        self.mark(
+            np.array(
+                [
+                    f.delay_level is not None or f.deliver_time_ms is not None or f.end_transaction is not None
+                    for f in self.fields
+                ],
+                bool,
+            )
+        )
         out["real_queue_round_robin"] = pa.nulls(self.count, pa.bool_())
         topic_info = self._topics(out)
         body_length = self._bodies(out)
@@ -170,6 +181,7 @@ class _Block:
             "compaction": np.array([info.compaction for info in infos]),
         }
         self.mark(table["problem"][codes])
+        self.mark(pc.is_in(topics, pa.array(sorted(FORBIDDEN_SEND_TOPICS))))  # the per-line parser refuses them
         out["topic"] = topics
         out["magic"] = pa.array(table["magic"][codes])
         info = {name: values[codes] for name, values in table.items()}

@@ -119,6 +119,7 @@ def narrow_rows(
     count = deliveries.num_rows
     row = np.arange(count, dtype=np.int32)
     nothing64 = pa.nulls(count, pa.int64())
+    origin_timestamps = list(origin_timestamps)
     return pa.RecordBatch.from_arrays(
         [
             pa.array(np.full(count, split, np.int32)),
@@ -132,15 +133,35 @@ def narrow_rows(
             pa.array(first_batch + row // SCRATCH_BATCH_ROWS),
             pa.array(row % SCRATCH_BATCH_ROWS),
             pa.array(np.ones(count, np.int8)),
-            pa.array(list(origin_timestamps), pa.int64()),
+            pa.array(origin_timestamps, pa.int64()),
             pa.nulls(count, pa.string()),
             nothing64,
             pa.array(list(levels), pa.int32()),
             pa.nulls(count, pa.int32()),
             nothing64,
+            *parent_columns(
+                count,
+                None if file_rank == EARLIER_RUN_RANK else origin_timestamps,
+                file_rank=file_rank,
+                lines=deliveries.column("source_line"),
+            ),
         ],
         schema=NARROW_SCHEMA,
     )
+
+
+def parent_columns(count: int, timestamps, *, file_rank: int, lines) -> list[pa.Array]:
+    """``parent_timestamp``/``parent_rank``/``parent_line`` of rows made from messages of this run stored at
+    ``timestamps`` in file ``file_rank`` at ``lines`` (``timestamps`` ``None``: made from earlier runs' records)."""
+    if timestamps is None:
+        return [pa.nulls(count, pa.int64()), pa.nulls(count, pa.int32()), pa.nulls(count, pa.int64())]
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    return [
+        pa.array(timestamps, pa.int64()),
+        pa.array(np.full(count, file_rank, np.int32)),
+        lines if isinstance(lines, pa.Array) else pa.array(lines, pa.int64()),
+    ]
 
 
 def scratch_rows_of_commitlog(rows: pa.Table) -> pa.Table:

@@ -52,6 +52,7 @@ from rmqlake.formats.schedule import (
     route,
 )
 from rmqlake.formats.topic import topic_error
+from rmqlake.formats.transaction import HALF_TOPIC, OP_TOPIC, TRAN_MSG, half, is_half_send
 from rmqlake.ingest.message import DECODE_REFUSED, LINE_DECODER, LineFields, ParsedMessage
 
 # A re-routed message sent without a queue carries this REAL_QID until the append chooses its queue.
@@ -59,6 +60,12 @@ REAL_QID_PLACEHOLDER = "0"
 
 JAVA_INT_MIN, JAVA_INT_MAX = -(2**31), 2**31 - 1
 JAVA_LONG_MAX = 2**63 - 1
+
+# Topics a broker refuses sends to (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET) whose records rmqlake writes
+# itself: only the transactional path stores on them. (SCHEDULE_TOPIC_XXXX is refused by a broker too, but
+# ingest keeps taking lines for it as they are given.)
+FORBIDDEN_SEND_TOPICS = frozenset((HALF_TOPIC, OP_TOPIC))
+END_KINDS = ("COMMIT", "ROLLBACK")
 
 
 @dataclass(frozen=True)
@@ -81,13 +88,28 @@ class Rejection(ValueError):
     """Why a line cannot become a message."""
 
 
+class EndTransaction(NamedTuple):
+    """An ``endTransaction`` line: the producer ends the half message whose UNIQ_KEY is ``uniq_key``.
+
+    Not a message itself: what it stores (a commit re-put and an op record, or the op record alone) depends on
+    the half, found when the batch's halves and the lake's are known.
+    """
+
+    kind: str  # COMMIT or ROLLBACK
+    uniq_key: str
+    store_timestamp: int  # the broker's clock at the end: the commit's and the op record's store time
+    topic: str | None  # the real topic the producer names, if any
+    producer_group: str | None
+    from_transaction_check: bool
+
+
 def parse_line(
     raw: bytes | str,
     *,
     options: ParseOptions,
     source_line: int,
     file_hash32: int,
-) -> ParsedMessage:
+) -> ParsedMessage | EndTransaction:
     """Validate one producer log line and compute its record fields.
 
     Args:
@@ -96,6 +118,9 @@ def parse_line(
         source_line: 1-based line number (seeds the generated UNIQ_KEY counter).
         file_hash32: 32 bits of the input file's content hash (seeds the
             generated UNIQ_KEY's pid and class-loader fields).
+
+    Returns:
+        The message, or the end of a transaction (an ``endTransaction`` line).
 
     Raises:
         Rejection: the line cannot become a message; the text says why.
@@ -153,15 +178,19 @@ class LineParser:
             options.max_message_size + RECORD_OVERHEAD_ALLOWANCE, options.segment_size - END_FILE_MIN_BLANK_LENGTH
         )
 
-    def parse(self, raw: bytes | str, *, source_line: int, file_hash32: int) -> ParsedMessage:
+    def parse(self, raw: bytes | str, *, source_line: int, file_hash32: int) -> ParsedMessage | EndTransaction:
         """See ``parse_line``."""
         try:
             fields = _decode_typed(raw)
+            if fields is not None and fields.end_transaction is not None:
+                return _end_line(fields, typed=True)
             body = None if fields is None else _plain_string(fields.body)
             if body is None:
                 # msgspec refused the line, or its body is not a plain string: the json route says why, or
                 # accepts what msgspec refused (an unknown field, an escaped body).
                 fields = _fields_from_json(raw)
+                if fields.end_transaction is not None:
+                    return _end_line(fields, typed=False)
                 body = None if fields.body is None else fields.body.encode("utf-8")
             return self._message(fields, body, source_line, file_hash32)
         except UnicodeEncodeError:
@@ -173,6 +202,8 @@ class LineParser:
         topic = line.topic
         if topic is None:
             raise Rejection("missing required field 'topic'")
+        if topic in FORBIDDEN_SEND_TOPICS:
+            raise Rejection(f"the broker refuses this send: Sending message to topic[{topic}] is forbidden.")
         info = self.topic(topic)
         if info.problem:
             raise Rejection(info.problem)
@@ -287,12 +318,23 @@ class LineParser:
         if options.cluster_name:
             merged[CLUSTER] = options.cluster_name
         real_queue_round_robin = None
-        routed = None
-        if topic != SCHEDULE_TOPIC and (DELAY in merged or not merged.keys().isdisjoint(TIMER_PROPERTIES)):
+        moved = None  # where the broker stores the message instead of its topic and queue, with its pairs
+        scheduled = DELAY in merged or not merged.keys().isdisjoint(TIMER_PROPERTIES)
+        given_or_placeholder = queue_id if queue_id is not None else int(REAL_QID_PLACEHOLDER)
+        if TRAN_MSG in merged and is_half_send(merged.items(), reconsume_times=reconsume):
+            if scheduled:
+                # the broker would move the half itself to the schedule topic, its REAL_TOPIC the half topic; a
+                # transactional producer clears DELAY before it sends
+                raise Rejection(
+                    "a transactional half message (property TRAN_MSG) cannot carry a delay level or timer property"
+                )
+            moved = half(topic, given_or_placeholder, list(merged.items()), sys_flag=sys_flag)
+            sys_flag = moved.sys_flag
+        elif topic != SCHEDULE_TOPIC and scheduled:
             try:
                 routed = route(
                     topic,
-                    queue_id if queue_id is not None else int(REAL_QID_PLACEHOLDER),
+                    given_or_placeholder,
                     list(merged.items()),
                     sys_flag=sys_flag,
                     now_ms=store_ts,
@@ -300,10 +342,11 @@ class LineParser:
                 )
             except ScheduleRefused as refused:
                 raise Rejection(f"the broker refuses this send: {refused}") from None
-        if routed is not None and routed.kind != "plain":
+            moved = None if routed.kind == "plain" else routed
+        if moved is not None:
             real_queue_round_robin = queue_id is None
-            topic, queue_id, info = routed.topic, routed.queue_id, self.topic(routed.topic)
-            properties = routed.properties  # in storage order
+            topic, queue_id, info = moved.topic, moved.queue_id, self.topic(moved.topic)
+            properties = moved.properties  # in storage order
             properties_bytes = serialize_properties(properties)
         else:  # stored as sent (a PREPARED or ROLLBACK one, a timer already due): its map is unchanged
             names = tuple(merged)
@@ -536,6 +579,40 @@ def _fields_from_json(raw: bytes | str) -> LineFields:
         properties=_properties_field(doc),
         delay_level=_int_field(doc, "delayLevel"),
         deliver_time_ms=_int_field(doc, "deliverTimeMs"),
+        end_transaction=_str_field(doc, "endTransaction"),
+        producer_group=_str_field(doc, "producerGroup"),
+        from_transaction_check=_bool_field(doc, "fromTransactionCheck"),
+    )
+
+
+# The fields of an end line besides endTransaction, uniqKey and storeTimestamp: the optional ones are allowed.
+_END_LINE_OPTIONAL = ("topic", "producer_group", "from_transaction_check")
+
+
+def _end_line(line: LineFields, *, typed: bool) -> EndTransaction:
+    """An ``endTransaction`` line's fields, checked (``typed``: decoded by msgspec, whose absent body is empty)."""
+    kind = line.end_transaction
+    if kind not in END_KINDS:
+        raise Rejection(f"field 'endTransaction' must be COMMIT or ROLLBACK, got {kind!r:.40}")
+    absent_body = msgspec.Raw(b"") if typed else None
+    for name in LineFields.__struct_fields__:
+        if name in ("end_transaction", "uniq_key", "store_timestamp", *_END_LINE_OPTIONAL):
+            continue
+        value = getattr(line, name)
+        if value is not None and not (name == "body" and value == absent_body):
+            json_name = LineFields.__struct_encode_fields__[LineFields.__struct_fields__.index(name)]
+            raise Rejection(
+                f"an endTransaction line names the half by uniqKey and has no message fields; it has '{json_name}'"
+            )
+    if not line.uniq_key:
+        raise Rejection("an endTransaction line needs 'uniqKey': the UNIQ_KEY of the half message it ends")
+    stamp = line.store_timestamp
+    if stamp is None:
+        raise Rejection("an endTransaction line needs 'storeTimestamp': when the broker ends the transaction")
+    if not 0 <= stamp <= JAVA_LONG_MAX:
+        _reject_range("storeTimestamp", stamp, 0, JAVA_LONG_MAX)
+    return EndTransaction(
+        kind, line.uniq_key, stamp, line.topic, line.producer_group, bool(line.from_transaction_check)
     )
 
 
@@ -558,6 +635,13 @@ def _str_field(doc: dict, name: str) -> str | None:
     value = doc.get(name)
     if value is not None and not isinstance(value, str):
         raise Rejection(f"field '{name}' must be a string, got {type(value).__name__}")
+    return value
+
+
+def _bool_field(doc: dict, name: str) -> bool | None:
+    value = doc.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise Rejection(f"field '{name}' must be true or false, got {type(value).__name__} {value!r:.40}")
     return value
 
 

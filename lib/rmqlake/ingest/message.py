@@ -91,6 +91,10 @@ class LineFields(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     transaction: str | None = None
     delay_level: int | None = None
     deliver_time_ms: int | None = None
+    # an end line (``EndTransaction``): these, ``uniqKey``, ``storeTimestamp`` and optionally ``topic``
+    end_transaction: str | None = None
+    producer_group: str | None = None
+    from_transaction_check: bool | None = None
 
 
 LINE_DECODER = msgspec.json.Decoder(LineFields)

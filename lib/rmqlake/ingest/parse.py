@@ -10,9 +10,12 @@ import numpy as np
 import pyarrow as pa
 
 from rmqlake.ingest.blocks import BlockColumns, parse_block
-from rmqlake.ingest.lines import ParseOptions, Rejection, line_parser
-from rmqlake.ingest.message import MESSAGE_FIELDS
+from rmqlake.ingest.lines import EndTransaction, ParseOptions, Rejection, line_parser
+from rmqlake.ingest.message import MESSAGE_FIELDS, MESSAGE_TYPES
 
+# A line is a message (its fields), a rejected line (``raw`` and ``reject_reason``), or the end of a transaction
+# (``end_transaction`` and the ``end_*`` columns, with ``uniq_key``, ``store_timestamp``, ``topic`` and ``raw``).
+END_FIELDS = [("end_transaction", pa.string()), ("end_producer_group", pa.string()), ("end_from_check", pa.bool_())]
 PARSED_SCHEMA = pa.schema(
     [
         ("source_file", pa.string()),
@@ -20,10 +23,13 @@ PARSED_SCHEMA = pa.schema(
         ("raw", pa.string()),
         ("reject_reason", pa.string()),
         *MESSAGE_FIELDS,
+        *END_FIELDS,
     ]
 )
 
 _NO_MESSAGE = (None,) * len(MESSAGE_FIELDS)
+_NO_END = (None,) * len(END_FIELDS)
+_MESSAGE_POSITION = {name: index for index, name in enumerate(MESSAGE_TYPES)}
 
 
 def parse_lines(
@@ -68,19 +74,23 @@ def _accepted_batch(source_file: str, first_line: int, block: BlockColumns) -> p
         nothing,
     ]
     arrays += [block.columns[name] if count else pa.array([], t) for name, t in MESSAGE_FIELDS]
+    arrays += [pa.nulls(count, t) for _, t in END_FIELDS]
     return pa.RecordBatch.from_arrays(arrays, schema=PARSED_SCHEMA)
 
 
 def _parsed_batch(source_file: str, numbers: range, texts: list, reasons: list, rows: list) -> pa.RecordBatch:
     count = len(numbers)
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in MESSAGE_FIELDS]
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in (*MESSAGE_FIELDS, *END_FIELDS)]
     arrays = [
         pa.array([source_file] * count, pa.string()),
         pa.array(numbers, pa.int64()),
         pa.array(texts, pa.string()),
         pa.array(reasons, pa.string()),
     ]
-    arrays += [pa.array(column, field_type) for column, (_, field_type) in zip(columns, MESSAGE_FIELDS, strict=True)]
+    arrays += [
+        pa.array(column, field_type)
+        for column, (_, field_type) in zip(columns, (*MESSAGE_FIELDS, *END_FIELDS), strict=True)
+    ]
     return pa.RecordBatch.from_arrays(arrays, schema=PARSED_SCHEMA)
 
 
@@ -92,11 +102,24 @@ def _parse_into(numbers, hash32, raws, parser, texts, reasons, rows) -> None:
         except Rejection as exc:
             texts.append(raw.decode("utf-8", "replace"))
             reasons.append(str(exc))
-            rows.append(_NO_MESSAGE)
+            rows.append(_NO_MESSAGE + _NO_END)
+            continue
+        if type(message) is EndTransaction:
+            texts.append(raw.decode("utf-8", "replace"))  # quoted if the end is rejected once its half is looked up
+            reasons.append(None)
+            rows.append(_end_row(message))
             continue
         texts.append(None)
         reasons.append(None)
-        rows.append(message)
+        rows.append(message + _NO_END)
+
+
+def _end_row(end: EndTransaction) -> tuple:
+    row = list(_NO_MESSAGE)
+    row[_MESSAGE_POSITION["topic"]] = end.topic
+    row[_MESSAGE_POSITION["uniq_key"]] = end.uniq_key
+    row[_MESSAGE_POSITION["store_timestamp"]] = end.store_timestamp
+    return (*row, end.kind, end.producer_group, end.from_transaction_check)
 
 
 @contextmanager

@@ -30,13 +30,18 @@ NARROW_SCHEMA = pa.schema(
         ("total_size", pa.int32()),
         ("scratch_batch", pa.int32()),  # where the message is in its split's scratch file: batch, row in the batch
         ("scratch_row", pa.int32()),
-        ("kind", pa.int8()),  # 0: a message of the input; 1: a delivery of a delay-level or timer record
+        ("kind", pa.int8()),  # 0: a message (or commit) of the input; 1: a delivery; 2: a transaction's op record
         ("origin_timestamp", pa.int64()),  # a delivery's origin's store time (a message: its own)
         ("rr_topic", pa.string()),  # the topic whose round-robin turn the row takes (null: none)
         ("due", pa.int64()),  # a delay-level or timer record's delivery time
         ("level", pa.int32()),  # its delay level (0: a timer)
         ("origin_partition", pa.int32()),  # a delivery of a record sent without a queue: where its turn was taken
         ("origin_turn", pa.int64()),  # and that turn's ordinal among the partition's turns of the real topic
+        # the message of this run a delivery or a commit is made from (its delay-level or timer record, its
+        # half): its append-order key, so its round-robin turn and its physical offset can be found
+        ("parent_timestamp", pa.int64()),
+        ("parent_rank", pa.int32()),
+        ("parent_line", pa.int64()),
     ]
 )
 
@@ -71,6 +76,12 @@ class IngestTarget:
 
     def narrow_file(self, split: int) -> str:
         return f"{self.scratch_dir}/narrow/split-{split:06d}.parquet"
+
+    def ends_file(self, split: int) -> str:
+        return f"{self.scratch_dir}/ends/split-{split:06d}.parquet"
+
+    def halves_file(self, split: int) -> str:
+        return f"{self.scratch_dir}/halves/split-{split:06d}.parquet"
 
     def ordered_file(self, partition: int) -> str:
         return f"{self.scratch_dir}/ordered/part-{partition:06d}.parquet"

@@ -60,6 +60,7 @@ from rmqlake.ingest.deliveries import (
     SCHEDULED_TOPICS,
     Origins,
     delivery_records,
+    parent_columns,
     pending_rows,
     real_topics,
     scratch_rows_of_commitlog,
@@ -106,6 +107,17 @@ from rmqlake.ingest.scratch import (
     fetch_messages,
     read_ordered,
 )
+from rmqlake.ingest.transactions import (
+    END_LINES,
+    EVENT_SOURCE_BATCH,
+    EVENT_SOURCE_END,
+    EVENT_SOURCE_LAKE,
+    HALVES,
+    decide_ends,
+    end_lines,
+    end_records,
+    halves_of,
+)
 from rmqlake.lake.storage import Storage
 from rmqlake.lake.tables import REJECTED, columns
 
@@ -138,6 +150,8 @@ PARSED_COUNTS = columns(
     ("rejected", "bigint", "lines rejected"),
     ("last_store_timestamp", "bigint", "the latest store time of the split's messages (null: none)"),
     ("origins", "bigint", "delay-level and timer records among them (each has a delivery, due now or later)"),
+    ("ends", "bigint", "end lines of transactions (neither messages nor rejected yet: their halves decide)"),
+    ("halves", "bigint", "transactional half messages among the messages"),
 )
 
 
@@ -177,6 +191,8 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
     narrow: list[pa.RecordBatch] = []
     rejected: list[pa.RecordBatch] = []
     origins: list[tuple[pa.Table, list[int], list[int]]] = []  # re-routed records, their due times and levels
+    ends: list[pa.Table] = []  # end lines
+    halves: list[pa.Table] = []  # half messages
     last_stored = None
     first_line = task.first_line
     try:
@@ -190,12 +206,14 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
             )
             first_line += len(lines)
             is_rejected = pc.is_valid(parsed.column("reject_reason"))
-            # Filtering copies every column, bodies included: only when the block has rejected lines.
-            valid = (
-                parsed.filter(pc.invert(is_rejected))
-                if parsed.column("reject_reason").null_count < len(parsed)
-                else parsed
-            )
+            is_end = pc.is_valid(parsed.column("end_transaction"))
+            not_message = pc.or_(is_rejected, is_end)
+            # Filtering copies every column, bodies included: only when the block has other lines than messages.
+            valid = parsed.filter(pc.invert(not_message)) if pc.any(not_message).as_py() else parsed
+            if parsed.column("end_transaction").null_count < len(parsed):
+                ends.append(end_lines(parsed.filter(is_end), split=task.index, file_rank=task.file_rank))
+                latest = pc.max(ends[-1].column("store_timestamp")).as_py()  # an end appends at its time
+                last_stored = latest if last_stored is None else max(last_stored, latest)
             if valid.num_rows:
                 first_batch = scratch.batches
                 records = pa.Table.from_batches([valid.select(SCRATCH_COLUMNS)])
@@ -204,9 +222,12 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
                 narrow.append(_narrow_rows(valid, task, first_batch=first_batch, origins=found))
                 if found.rows:
                     origins.append((records.take(pa.array(found.rows)), found.due, found.level))
+                found_halves = halves_of(records, split=task.index, file_rank=task.file_rank, first_batch=first_batch)
+                if found_halves is not None:
+                    halves.append(found_halves)
                 latest = pc.max(valid.column("store_timestamp")).as_py()
                 last_stored = latest if last_stored is None else max(last_stored, latest)
-            if parsed.num_rows != valid.num_rows:
+            if parsed.column("reject_reason").null_count < len(parsed):
                 rejected.append(parsed.filter(is_rejected).select(REJECTED_LINE_COLUMNS))
     except DamagedInput as damage:
         # the lines before the damage are read; the damage itself is one rejected line, where reading stopped
@@ -232,6 +253,11 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
         _write_narrow(storage, target.narrow_file(task.index), narrow)
     if rejected:
         _write_rejected(storage, target, task.index, rejected)
+    for rows, relative in ((ends, target.ends_file(task.index)), (halves, target.halves_file(task.index))):
+        if rows:
+            writer = AtomicParquet(storage, relative, row_group_size=1 << 20, compression="none")
+            writer.write(pa.concat_tables(rows))
+            writer.close()
     return pa.RecordBatch.from_pydict(
         {
             "split": [task.index],
@@ -239,6 +265,8 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
             "rejected": [sum(piece.num_rows for piece in rejected)],
             "last_store_timestamp": [last_stored],
             "origins": [sum(len(due) for _, due, _ in origins)],
+            "ends": [sum(piece.num_rows for piece in ends)],
+            "halves": [sum(piece.num_rows for piece in halves)],
         },
         schema=PARSED_COUNTS.arrow_schema,
     )
@@ -272,6 +300,8 @@ def _narrow_rows(parsed: pa.RecordBatch, task: SplitTask, *, first_batch: int, o
     if origins.rows:
         at = np.array(origins.rows)
         due[at], levels[at], is_origin[at] = origins.due, origins.level, True
+    if parsed.column("real_queue_round_robin").null_count < count:
+        # a re-routed message (delay level, timer, half) sent without a queue takes a turn of its real topic
         round_robin = pc.fill_null(parsed.column("real_queue_round_robin"), False).to_numpy(zero_copy_only=False)
         if round_robin.any():
             turns = turn_topics.to_pylist()
@@ -299,6 +329,7 @@ def _narrow_rows(parsed: pa.RecordBatch, task: SplitTask, *, first_batch: int, o
             pa.array(levels, pa.int32(), mask=~is_origin),
             pa.nulls(count, pa.int32()),
             pa.nulls(count, pa.int64()),
+            *parent_columns(count, None, file_rank=task.file_rank, lines=None),
         ],
         schema=NARROW_SCHEMA,
     )
@@ -430,22 +461,24 @@ def _gather_range(partition: int, *, bounds: list[int], narrow_files: list[str],
 def _resolve_origin_turns(
     ordered: pa.Table, *, partition: int, bounds: list[int], narrow_files: list[str], target: IngestTarget
 ) -> pa.Table:
-    """Fill ``origin_partition``/``origin_turn`` of the deliveries whose origin was sent without a queue.
+    """Fill ``origin_partition``/``origin_turn`` of the deliveries and commits whose parent (the delay-level or
+    timer record, the half) was sent without a queue.
 
-    The origin took a round-robin turn of its real topic in its own partition (found from its store time and the
+    The parent took a round-robin turn of its real topic in its own partition (found from its store time and the
     bounds); its ordinal among that partition's turns of the topic, with the partition's starting counter the
-    plan computes, gives the queue, so a delivery can be placed before the origin's partition is written.
+    plan computes, gives the queue, so the row can be placed before the parent's partition is written.
     """
-    kind = ordered.column("kind").to_numpy(zero_copy_only=False)
     waiting = np.flatnonzero(
-        (kind == DELIVERY_ROW) & ordered.column("queue_id").is_null().to_numpy(zero_copy_only=False)
+        pc.and_(ordered.column("parent_timestamp").is_valid(), ordered.column("queue_id").is_null()).to_numpy(
+            zero_copy_only=False
+        )
     )
     if not len(waiting):
         return ordered
-    origin_stamps = ordered.column("origin_timestamp").to_numpy(zero_copy_only=False)[waiting]
-    origin_partitions = np.searchsorted(np.array(bounds, dtype=np.int64), origin_stamps, side="right")
-    ranks = ordered.column("file_rank").to_numpy(zero_copy_only=False)[waiting]
-    lines = ordered.column("source_line").to_numpy(zero_copy_only=False)[waiting]
+    origin_stamps = ordered.column("parent_timestamp").to_numpy(zero_copy_only=False)[waiting]
+    origin_partitions = parent_partitions(origin_stamps, bounds)
+    ranks = ordered.column("parent_rank").to_numpy(zero_copy_only=False)[waiting]
+    lines = ordered.column("parent_line").to_numpy(zero_copy_only=False)[waiting]
     turns = np.full(len(ordered), -1, dtype=np.int64)
     for origin in np.unique(origin_partitions).tolist():
         if origin == partition:
@@ -481,6 +514,11 @@ def _resolve_origin_turns(
     return ordered.set_column(
         ordered.schema.get_field_index("origin_turn"), "origin_turn", pa.array(turns, pa.int64(), mask=~has)
     )
+
+
+def parent_partitions(stamps: np.ndarray, bounds: list[int]) -> np.ndarray:
+    """The partition holding each message stored at ``stamps`` (the bounds cut by store time)."""
+    return np.searchsorted(np.array(bounds, dtype=np.int64), stamps, side="right")
 
 
 def _turn_ordinals(rows: pa.Table) -> np.ndarray:
@@ -529,6 +567,8 @@ def write_partition(
     row_group_bytes: int,
     origin_counters: Mapping[int, Mapping[str, int]] | None = None,
     clock: int | None = None,
+    bounds: list[int] | None = None,
+    starts: Mapping[int, PartitionStart] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Place one partition's narrow rows, fetch their messages and write them as commitlog files.
 
@@ -536,7 +576,8 @@ def write_partition(
     groups of about ``row_group_bytes``. Yields one ``WRITTEN`` row per
     file for the segment aggregates, and ``PENDING_DELAYS`` rows: per delay
     level, the lowest queue offset of a record written here whose delivery
-    is due after ``clock``.
+    is due after ``clock``. A commit of a half of this run gets the half's physical offset from the half's
+    partition (``bounds`` say which; one before this one is replayed from its start in ``starts``).
     """
     use_task_memory_pool()
     placer = PartitionPlacer(
@@ -560,10 +601,31 @@ def write_partition(
 
     with gc_paused():
         messages = fetch_messages(placement, open_scratch)
-        starts, table = commitlog_rows(
+        narrow = pa.Table.from_batches(batches)
+        if pc.any(
+            pc.and_(pc.equal(narrow.column("kind"), MESSAGE_ROW), narrow.column("parent_timestamp").is_valid())
+        ).as_py():
+            messages = _with_half_offsets(
+                messages,
+                narrow,
+                placement,
+                partition=partition,
+                bounds=bounds,
+                replay=lambda other: _replayed(
+                    other,
+                    start=starts[other],
+                    target=target,
+                    queue_counts=queue_counts,
+                    default_queue_count=default_queue_count,
+                    segment_size=segment_size,
+                    origin_counters=origin_counters,
+                ),
+            )
+        segment_starts, table = commitlog_rows(
             messages, placement, segment_size=segment_size, source_file=files.__getitem__, batch_id=target.batch_id
         )
     del messages
+    starts = segment_starts
     rows_per_group = max(1, int(row_group_bytes * table.num_rows / max(table.nbytes, 1)))
     cuts = [0, *(np.flatnonzero(np.diff(starts)) + 1).tolist(), table.num_rows]
     offsets = table.column("physical_offset").to_numpy()
@@ -595,6 +657,49 @@ def write_partition(
             ],
             schema=WRITTEN.arrow_schema,
         )
+
+
+def _replayed(partition: int, *, start: PartitionStart, target: IngestTarget, **placer_options) -> tuple:
+    """Another partition's narrow rows and their placement, replayed from its start."""
+    placer = PartitionPlacer(start, **placer_options)
+    batches = [batch for batch in read_ordered(target, partition) if batch.num_rows]
+    placed = [placer.place(batch) for batch in batches]
+    return pa.Table.from_batches(batches, schema=NARROW_SCHEMA), pa.Table.from_batches(placed, schema=PLACEMENT_SCHEMA)
+
+
+def _with_half_offsets(messages: pa.Table, narrow: pa.Table, placement: pa.Table, *, partition: int, bounds, replay):
+    """``prepared_transaction_offset`` of the commits of this run's halves: the half's physical offset, found in
+    its partition (this one, or another ``replay(partition)`` places again)."""
+    is_commit = pc.and_(pc.equal(narrow.column("kind"), MESSAGE_ROW), narrow.column("parent_timestamp").is_valid())
+    commits = np.flatnonzero(is_commit.to_numpy(zero_copy_only=False))
+    stamps = narrow.column("parent_timestamp").to_numpy(zero_copy_only=False)[commits]
+    ranks = narrow.column("parent_rank").to_numpy(zero_copy_only=False)[commits]
+    lines = narrow.column("parent_line").to_numpy(zero_copy_only=False)[commits]
+    homes = parent_partitions(stamps, bounds or [])
+    offsets = messages.column("prepared_transaction_offset").to_numpy().copy()
+    for home in np.unique(homes).tolist():
+        rows, placed = (narrow, placement) if home == partition else replay(home)
+        is_message = rows.column("kind").to_numpy(zero_copy_only=False) == MESSAGE_ROW
+        where = {
+            (rank, line): offset
+            for rank, line, offset, message in zip(
+                rows.column("file_rank").to_pylist(),
+                rows.column("source_line").to_pylist(),
+                placed.column("physical_offset").to_pylist(),
+                is_message.tolist(),
+                strict=True,
+            )
+            if message
+        }
+        for index in np.flatnonzero(homes == home).tolist():
+            key = (int(ranks[index]), int(lines[index]))
+            if key not in where:
+                raise RuntimeError(
+                    f"the half of a commit (line {key[1]}, file rank {key[0]}) is not in partition {home}"
+                )
+            offsets[commits[index]] = where[key]
+    column = messages.schema.get_field_index("prepared_transaction_offset")
+    return messages.set_column(column, "prepared_transaction_offset", pa.array(offsets, pa.int64()))
 
 
 # What a write task also returns: where each delay level's next delivery is, among the records it wrote.
@@ -712,12 +817,24 @@ def split_tasks(spark, files: list[Fingerprint], *, split_bytes: int) -> list[Sp
     return tasks
 
 
-def parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target: IngestTarget):
-    """One task per split (``parse_split``).
+@dataclass(frozen=True)
+class ParsedSplits:
+    """What the parse tasks found: per input file its lines, rejected lines and end lines; the splits with
+    messages (they have narrow files), with end lines, with halves; the latest store time (``None``: none)."""
 
-    Returns lines and rejected lines per input file, the splits that hold messages (they have narrow files), and
-    the latest store time among the messages (``None`` without any).
-    """
+    per_file: dict[str, dict]
+    with_messages: list[int]
+    with_ends: list[int]
+    with_halves: list[int]
+    last_stored: int | None
+
+    @property
+    def ends(self) -> int:
+        return sum(totals["ends"] for totals in self.per_file.values())
+
+
+def parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target: IngestTarget) -> ParsedSplits:
+    """One task per split (``parse_split``)."""
     # spark.range with as many partitions as splits: exactly one split per task (hashing would pile some up).
     frame = spark.range(0, len(tasks), 1, len(tasks))
     by_index = {task.index: task for task in tasks}
@@ -728,24 +845,32 @@ def parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target
                 yield parse_split(by_index[index], options=options, target=target)
 
     per_file: dict[str, dict] = {}
-    with_messages = []
+    with_messages, with_ends, with_halves = [], [], []
     last_stored = None
     for row in frame.mapInArrow(parse, PARSED_COUNTS.ddl).collect():
-        totals = per_file.setdefault(by_index[row["split"]].path, {"lines": 0, "rejected": 0, "origins": 0})
-        totals["lines"] += row["lines"]
-        totals["rejected"] += row["rejected"]
-        totals["origins"] += row["origins"]
-        if row["lines"] > row["rejected"]:
+        totals = per_file.setdefault(
+            by_index[row["split"]].path, {"lines": 0, "rejected": 0, "origins": 0, "ends": 0, "halves": 0}
+        )
+        for name in totals:
+            totals[name] += row[name]
+        if row["lines"] > row["rejected"] + row["ends"]:
             with_messages.append(row["split"])
+        if row["ends"]:
+            with_ends.append(row["split"])
+        if row["halves"]:
+            with_halves.append(row["split"])
         if row["last_store_timestamp"] is not None:
             last_stored = max(last_stored or row["last_store_timestamp"], row["last_store_timestamp"])
-    return per_file, sorted(with_messages), last_stored
+    return ParsedSplits(per_file, sorted(with_messages), sorted(with_ends), sorted(with_halves), last_stored)
 
 
 def order_partitions(
     spark, target: IngestTarget, splits: list[int], *, partitions: int, options: ParseOptions, clock: int
-) -> list:
-    """Range bounds from the narrow files' footers, then ``order_partition`` per range."""
+) -> tuple[list, list[int]]:
+    """Range bounds from the narrow files' footers, then ``order_partition`` per range.
+
+    Returns the partitions' counts (``StatsRow``s) and the bounds.
+    """
     storage = target.storage()
     narrow_files = [target.narrow_file(split) for split in splits]
     footers = [pq.read_metadata(storage.file_path(path), filesystem=storage.fs) for path in narrow_files]
@@ -764,11 +889,21 @@ def order_partitions(
         )
         return stats_rows(counts)
 
-    return spark.sparkContext.parallelize(range(partitions), partitions).flatMap(order).collect()
+    stats = spark.sparkContext.parallelize(range(partitions), partitions).flatMap(order).collect()
+    return stats, bounds
 
 
 def place_and_write(
-    spark, *, partitions: int, plan: AppendPlan, options, segment_size: int, files: Mapping[int, str], target, clock
+    spark,
+    *,
+    partitions: int,
+    plan: AppendPlan,
+    options,
+    segment_size: int,
+    files: Mapping[int, str],
+    target,
+    clock,
+    bounds: list[int],
 ):
     """Run ``write_partition`` on every partition, one task each.
 
@@ -791,6 +926,8 @@ def place_and_write(
             row_group_bytes=COMMITLOG_ROW_GROUP_BYTES,
             origin_counters=origin_counters,
             clock=clock,
+            bounds=bounds,
+            starts=starts,
         )
         return [(batch.schema.names == PENDING_DELAYS.arrow_schema.names, row) for batch in batches
                 for row in batch.to_pylist()]  # fmt: skip
@@ -904,3 +1041,213 @@ def earlier_deliveries(
     splits = sorted(row["split"] for row in rows if row["split"] is not None)
     delivered = sum(row["delivered"] for row in rows if row["split"] is not None)
     return splits, delivered, [row for row in rows if row["split"] is None]
+
+
+# What a task writing the records of ends returns: one row per split of end lines.
+ENDS_WRITTEN = columns(
+    ("split", "int", "the split of the end lines"),
+    ("written_split", "int", "the scratch split holding their records (null: none)"),
+    ("commits", "bigint", "commit re-puts written"),
+    ("rollbacks", "bigint", "rolled back halves (their op records written)"),
+    ("refused", "bigint", "end lines refused (in the rejected staging folder)"),
+)
+
+
+@dataclass(frozen=True)
+class EndsResolved:
+    """What ``resolve_ends`` did: the splits it wrote, and per split of end lines its counts (``ENDS_WRITTEN``)."""
+
+    written_splits: list[int]
+    per_split: list[dict]
+
+    @property
+    def commits(self) -> int:
+        return sum(row["commits"] for row in self.per_split)
+
+    @property
+    def rollbacks(self) -> int:
+        return sum(row["rollbacks"] for row in self.per_split)
+
+    @property
+    def refused(self) -> int:
+        return sum(row["refused"] for row in self.per_split)
+
+
+def _task_files(spark, target: IngestTarget, relatives: list[str], schema):
+    """The rows of small Parquet files the tasks wrote, as a DataFrame (one task per file)."""
+
+    def read(batches):
+        storage = target.storage()
+        for batch in batches:
+            for index in batch.column("id").to_pylist():
+                yield from pq.read_table(storage.file_path(relatives[index]), filesystem=storage.fs).to_batches()
+
+    return spark.range(0, len(relatives), 1, max(1, len(relatives))).mapInArrow(read, schema.ddl)
+
+
+def resolve_ends(
+    spark,
+    lake,
+    target: IngestTarget,
+    *,
+    end_splits: list[int],
+    half_splits: list[int],
+    half_head: int,
+    first_split: int,
+    files: Mapping[int, str],
+    file_ranks: Mapping[int, int],
+    transaction_timeout_ms: int,
+    partitions: int,
+) -> EndsResolved:
+    """Decide every end line of the batch and write what they store as extra splits ``first_split + split``.
+
+    Spark gathers per UNIQ_KEY the lake's halves with that key (marked where an op record of the lake ended
+    them), the batch's halves (each with its queue offset: ``half_head`` plus its rank among the batch's halves
+    in append order) and the ends; ``decide_ends`` runs per key, then ``end_records`` per split of end lines.
+    No message row reaches the driver: it collects one row per split of end lines.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from rmqlake.formats.transaction import HALF_TOPIC, OP_TOPIC, PGROUP, REAL_TOPIC
+    from rmqlake.ingest.transactions import CHECK_IMMUNITY_TIME_IN_SECONDS, LAKE_HALF_COLUMNS
+    from rmqlake.lake.spark_io import read_table
+
+    ends = _task_files(spark, target, [target.ends_file(split) for split in end_splits], END_LINES)
+    end_events = ends.select(
+        "uniq_key",
+        F.lit(EVENT_SOURCE_END).alias("source"),
+        F.col("store_timestamp").alias("at"),
+        F.col("file_rank").alias("rank"),
+        F.col("source_line").alias("line"),
+        "split",
+        "raw",
+        "end",
+        "topic",
+        "producer_group",
+        "from_check",
+    )
+    events = end_events
+    if half_splits:
+        halves = _task_files(spark, target, [target.halves_file(split) for split in half_splits], HALVES)
+        ordered = halves.orderBy("store_timestamp", "file_rank", "source_line")
+        ranked = (
+            ordered.rdd.zipWithIndex()
+            .map(lambda pair: (*pair[0], pair[1]))
+            .toDF(T.StructType([*ordered.schema.fields, T.StructField("rank_in_batch", T.LongType())]))
+        )
+        batch_halves = ranked.join(ends.select("uniq_key").distinct(), "uniq_key", "left_semi").select(
+            "uniq_key",
+            F.lit(EVENT_SOURCE_BATCH).alias("source"),
+            F.col("store_timestamp").alias("at"),
+            F.col("file_rank").alias("rank"),
+            F.col("source_line").alias("line"),
+            F.col("born_timestamp"),
+            F.col("real_topic"),
+            F.col("producer_group").alias("half_group"),
+            F.col("check_immunity"),
+            (F.lit(half_head) + F.col("rank_in_batch")).alias("half_queue_offset"),
+            F.col("split").alias("half_split"),
+            F.col("scratch_batch").alias("half_batch"),
+            F.col("scratch_row").alias("half_row"),
+        )
+        events = events.unionByName(batch_halves, allowMissingColumns=True)
+    if lake.exists("commitlog"):
+        commitlog = read_table(spark, lake, "commitlog")
+        entries = (
+            commitlog.filter(F.col("topic") == OP_TOPIC)
+            .select("queue_id", F.explode(F.split(F.decode("body", "UTF-8"), ",")).alias("entry"))
+            .filter(F.col("entry").rlike("^[+-]?[0-9]{1,18}$"))
+            .select("queue_id", F.col("entry").cast("bigint").alias("queue_offset"))
+            .distinct()
+            .withColumn("lake_ended", F.lit(True))
+        )
+        lake_halves = (
+            commitlog.filter(F.col("topic") == HALF_TOPIC)
+            .join(ends.select("uniq_key").distinct(), "uniq_key", "left_semi")
+            .join(entries, ["queue_id", "queue_offset"], "left")
+            .select(
+                "uniq_key",
+                F.lit(EVENT_SOURCE_LAKE).alias("source"),
+                F.lit(-(1 << 63)).cast("bigint").alias("at"),
+                F.lit(-1).alias("rank"),
+                F.col("physical_offset").alias("line"),
+                F.col("born_timestamp"),
+                F.col("properties")[REAL_TOPIC].alias("real_topic"),
+                F.col("properties")[PGROUP].alias("half_group"),
+                F.col("properties")[CHECK_IMMUNITY_TIME_IN_SECONDS].alias("check_immunity"),
+                F.coalesce(F.col("lake_ended"), F.lit(False)).alias("lake_ended"),
+                F.col("queue_offset").alias("half_queue_offset"),
+                F.struct(*[F.col(name) for name in LAKE_HALF_COLUMNS]).alias("lake_record"),
+            )
+        )
+        events = events.unionByName(lake_halves, allowMissingColumns=True)
+    events = events.repartition(partitions, "uniq_key").sortWithinPartitions("uniq_key", "at", "rank", "line")
+    decided_schema = T.StructType(
+        [*events.schema.fields, T.StructField("reason", T.StringType()), T.StructField("half", events.schema)]
+    )
+
+    def decide(batches):
+        arrow_schema = None
+        pending: list[dict] = []
+
+        def flush():
+            return list(decide_ends(iter(pending), transaction_timeout_ms=transaction_timeout_ms))
+
+        for batch in batches:
+            if arrow_schema is None:
+                arrow_schema = pa.schema(
+                    [*batch.schema, pa.field("reason", pa.string()), pa.field("half", pa.struct(list(batch.schema)))]
+                )
+            out = []
+            for row in batch.to_pylist():
+                if pending and pending[0]["uniq_key"] != row["uniq_key"]:
+                    out.extend(flush())
+                    pending = []
+                pending.append(row)
+            if out:
+                yield pa.RecordBatch.from_pylist(out, schema=arrow_schema)
+        if pending:
+            yield pa.RecordBatch.from_pylist(flush(), schema=arrow_schema)
+
+    decided = events.mapInArrow(decide, decided_schema).filter(F.col("source") == EVENT_SOURCE_END)
+
+    def write(batches):
+        use_task_memory_pool()
+        storage = target.storage()
+        readers: dict[int, pa.ipc.RecordBatchFileReader] = {}
+
+        def scratch_row(split: int, batch: int, row: int) -> dict:
+            if split not in readers:
+                readers[split] = pa.ipc.open_file(storage.open_mapped(target.scratch_file(split)))
+            return readers[split].get_batch(batch).slice(row, 1).to_pylist()[0]
+
+        by_split: dict[int, list[dict]] = {}
+        for batch in batches:
+            for row in batch.to_pylist():
+                by_split.setdefault(row["split"], []).append(row)
+        for split, rows in by_split.items():
+            written = first_split + split
+            found = end_records(rows, split=written, file_rank=file_ranks[split], scratch_row=scratch_row)
+            if found.scratch is not None:
+                scratch = AtomicArrowFile(storage, target.scratch_file(written))
+                scratch.write(found.scratch, max_rows=SCRATCH_BATCH_ROWS)
+                scratch.close()
+                _write_narrow(storage, target.narrow_file(written), [found.narrow])
+            if found.refused:
+                lines = pa.RecordBatch.from_pylist(
+                    [{"source_file": files[split], "source_line": row["line"], "raw": row["raw"],
+                      "reject_reason": row["reason"]} for row in found.refused],
+                    schema=pa.schema([PARSED_SCHEMA.field(name) for name in REJECTED_LINE_COLUMNS]),
+                )  # fmt: skip
+                _write_rejected(storage, target, written, [lines])
+            yield pa.RecordBatch.from_pylist(
+                [{"split": split, "written_split": written if found.scratch is not None else None,
+                  "commits": found.commits, "rollbacks": found.rollbacks, "refused": len(found.refused)}],
+                schema=ENDS_WRITTEN.arrow_schema,
+            )  # fmt: skip
+
+    rows = [
+        row.asDict() for row in decided.repartition(partitions, "split").mapInArrow(write, ENDS_WRITTEN.ddl).collect()
+    ]
+    return EndsResolved(sorted(row["written_split"] for row in rows if row["written_split"] is not None), rows)

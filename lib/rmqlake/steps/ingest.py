@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from rmqlake.config import Settings
 from rmqlake.errors import ConfigError, RefusedError, UsageError
+from rmqlake.formats.transaction import DEFAULT_TRANSACTION_TIMEOUT_MS, HALF_QUEUE_ID, HALF_TOPIC
 from rmqlake.ingest.deliveries import pending_as_rows, schedule_after
 from rmqlake.ingest.files import Fingerprint, InputFile, resolve_inputs
 from rmqlake.ingest.lines import ParseOptions
@@ -26,6 +27,7 @@ from rmqlake.ingest.tasks import (
     parse_splits,
     place_and_write,
     plan_partitions,
+    resolve_ends,
     split_tasks,
 )
 from rmqlake.lake import Lake, LakeRun
@@ -200,10 +202,44 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
     # 1. read and parse: messages and their narrow rows to scratch files, rejected lines to staging
     with stages("read and parse") as note:
         tasks = split_tasks(spark, new, split_bytes=settings.ingest.split_bytes)
-        per_file, ordered_splits, last_stored = parse_splits(spark, tasks, options=options, target=target)
+        parsed = parse_splits(spark, tasks, options=options, target=target)
+        per_file, ordered_splits, last_stored = parsed.per_file, parsed.with_messages, parsed.last_stored
         rows_in = sum(r["lines"] for r in per_file.values())
         rejected_count = sum(r["rejected"] for r in per_file.values())
-        note.update(rows=rows_in, messages=rows_in - rejected_count, rejected=rejected_count, files=len(new))
+        note.update(rows=rows_in, messages=rows_in - rejected_count - parsed.ends, rejected=rejected_count,
+                    files=len(new))  # fmt: skip
+    messages = rows_in - rejected_count - parsed.ends
+    halves = sum(r["halves"] for r in per_file.values())
+    half_head = heads.get((HALF_TOPIC, HALF_QUEUE_ID), 0)
+    files = {task.index: task.path for task in tasks}
+
+    # 1a. the ends of transactions: each finds its half (in this batch or the lake) and writes what it stores
+    ends = None
+    if parsed.with_ends:
+        with stages("end transactions") as note:
+            ends = resolve_ends(
+                spark,
+                lake,
+                target,
+                end_splits=parsed.with_ends,
+                half_splits=parsed.with_halves,
+                half_head=half_head,
+                first_split=len(tasks),
+                files=files,
+                file_ranks={task.index: task.file_rank for task in tasks},
+                transaction_timeout_ms=DEFAULT_TRANSACTION_TIMEOUT_MS,
+                partitions=settings.spark.shuffle_partitions,
+            )
+            ordered_splits = ordered_splits + ends.written_splits
+            files.update({len(tasks) + row["split"]: files[row["split"]] for row in ends.per_split})
+            for row in ends.per_split:
+                per_file[files[row["split"]]]["rejected"] += row["refused"]
+            rejected_count += ends.refused
+            if ends.commits + ends.rollbacks + ends.refused != parsed.ends:
+                raise AssertionError(f"{parsed.ends} end lines were read, but not every one was decided: {ends}")
+            note.update(rows=parsed.ends, commits=ends.commits, rollbacks=ends.rollbacks, refused=ends.refused)
+    commits = ends.commits if ends else 0
+    op_records = commits + ends.rollbacks if ends else 0
     if rejected_count:
         rejected_files = run.collect_staged("rejected", mode="append")
         _log_rejects(lake, run, rejected_files, limit=settings.ingest.log_rejects)
@@ -227,7 +263,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
                 spark,
                 lake,
                 target,
-                first_split=len(tasks),
+                first_split=2 * len(tasks),
                 pending_from=schedule.pending_from,
                 delivered_until=schedule.delivered_until,
                 clock=clock,
@@ -238,14 +274,13 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
             note.update(rows=earlier_delivered)
 
     # 2-4. order, count, plan (narrow rows only)
-    messages = rows_in - rejected_count
     partitions = settings.ingest.sort_partitions or max(
         settings.spark.shuffle_partitions, math.ceil(sum(f.size for f in new) / (128 * 1024 * 1024))
     )
-    stats = []  # a batch of rejected lines only places nothing
+    stats, bounds = [], []  # a batch of rejected lines only places nothing
     if ordered_splits:
         with stages("sort into append order") as note:
-            stats = order_partitions(
+            stats, bounds = order_partitions(
                 spark,
                 target,
                 ordered_splits,
@@ -269,11 +304,14 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
     this_run_pending = [row for row in stats if row.kind in ("pending", "pending_due")]
     origins = sum(r["origins"] for r in per_file.values())
     deliveries = origins - sum(r.value for r in this_run_pending if r.kind == "pending") + earlier_delivered
-    if plan.messages != messages + deliveries:
+    if plan.messages != messages + deliveries + commits + op_records:
         raise AssertionError(
-            f"the placement plan counts {plan.messages} records; parsing found {messages} messages, and "
-            f"{deliveries} deliveries are due ({earlier_delivered} of earlier runs' messages)"
+            f"the placement plan counts {plan.messages} records; parsing found {messages} messages, "
+            f"{deliveries} deliveries are due ({earlier_delivered} of earlier runs' messages), and the ends of "
+            f"transactions store {commits} commits and {op_records} op records"
         )
+    if plan.queue_heads.get((HALF_TOPIC, HALF_QUEUE_ID), 0) - half_head != halves:
+        raise AssertionError("the half topic's queue offsets do not count exactly the batch's half messages")
 
     # 5. place and write
     segment_rows = lake.read_arrow("segments").to_pylist()
@@ -282,8 +320,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
     pending_delays: list[dict] = []
     if plan.messages:
         with stages("place and write commitlog") as note:
-            files = {task.index: task.path for task in tasks}
-            files.update({split: DELIVERY_SOURCE for split in ordered_splits if split >= len(tasks)})
+            files.update({split: DELIVERY_SOURCE for split in ordered_splits if split >= 2 * len(tasks)})
             written, pending_delays = place_and_write(
                 spark,
                 partitions=partitions,
@@ -293,6 +330,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
                 files=files,
                 target=target,
                 clock=clock,
+                bounds=bounds,
             )
             commitlog_files = run.collect_staged("commitlog", mode="append")
             if sum(f.num_records for f in commitlog_files) != plan.messages:
@@ -342,9 +380,12 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
         "status": "ingested",
         "batch_id": batch_id,
         "rows_in": rows_in,
-        "rows_out": messages,
+        "rows_out": rows_in - rejected_count,
         "rejected": rejected_count,
         "deliveries": deliveries,
+        "transaction_halves": halves,
+        "transaction_commits": commits,
+        "transaction_rollbacks": op_records - commits,
         "pending_deliveries": schedule.pending_count if schedule else 0,
         "files": len(new),
         "files_skipped": skipped,
@@ -357,10 +398,6 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
         "segments_opened": sum(1 for s in batch_segments if s["segment"] not in {r["segment"] for r in segment_rows}),
         "files_added": len(commitlog_files),
     }
-    if metrics["rows_in"] != metrics["rows_out"] + metrics["rejected"]:
-        raise AssertionError(
-            f"counts do not add up: {rows_in} lines != {messages} messages + {rejected_count} rejected"
-        )
     with stages("commit"):
         versions = step.commit(replace(run.state, commitlog=commitlog, schedule=schedule), record=metrics)
     seconds = time.monotonic() - started
