@@ -1109,8 +1109,8 @@ def resolve_ends(
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from rmqlake.formats.transaction import HALF_TOPIC, OP_TOPIC, PGROUP, REAL_TOPIC
-    from rmqlake.ingest.transactions import CHECK_IMMUNITY_TIME_IN_SECONDS, LAKE_HALF_COLUMNS
+    from rmqlake.formats.transaction import CHECK_IMMUNITY_TIME_IN_SECONDS, HALF_TOPIC, OP_TOPIC, PGROUP, REAL_TOPIC
+    from rmqlake.ingest.transactions import LAKE_EVENT_AT, LAKE_HALF_COLUMNS
     from rmqlake.lake.spark_io import read_table
 
     ends = _task_files(spark, target, [target.ends_file(split) for split in end_splits], END_LINES)
@@ -1169,7 +1169,7 @@ def resolve_ends(
             .select(
                 "uniq_key",
                 F.lit(EVENT_SOURCE_LAKE).alias("source"),
-                F.lit(-(1 << 63)).cast("bigint").alias("at"),
+                F.lit(LAKE_EVENT_AT).cast("bigint").alias("at"),
                 F.lit(-1).alias("rank"),
                 F.col("physical_offset").alias("line"),
                 F.col("born_timestamp"),

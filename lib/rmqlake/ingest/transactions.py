@@ -159,7 +159,7 @@ LAKE_HALF_COLUMNS = [
 # One event of a UNIQ_KEY: a half of the lake (``source`` 0), a half of the batch (1) or an end line (2), in
 # append order (``at``, ``rank``, ``line``; the lake's halves first, by offset).
 EVENT_SOURCE_LAKE, EVENT_SOURCE_BATCH, EVENT_SOURCE_END = 0, 1, 2
-_EARLIER = -(1 << 63)
+LAKE_EVENT_AT = -(1 << 63)  # a half of the lake sorts before every event of the batch
 
 
 @dataclass
