@@ -15,24 +15,11 @@ from rmqlake.formats.properties import KEY_SEPARATOR
 from rmqlake.formats.transaction import HALF_TOPIC, OP_TOPIC, PGROUP, TRAN_MSG
 from rmqlake.generate import TRANSACTION_TIMEOUT_MS, TopicPlan, generate
 from tests.conftest import CONF
+from tests.unit.test_generate import lines
 
 TOPICS = [TopicPlan("OrderEvents", 4, False), TopicPlan("Clickstream", 3, False), TopicPlan("UserProfile", 2, True)]
 HALF_FIELDS = ("transaction", "uniqKey")
 END_FIELDS = {"endTransaction", "uniqKey", "topic", "producerGroup", "storeTimestamp"}
-
-
-def lines(out: Path) -> dict[str, list]:
-    """Every landing file's lines, parsed where they are JSON objects (bad lines kept as bytes)."""
-    parsed = {}
-    for path in sorted((out / "landing").rglob("*.jsonl")):
-        rows = []
-        for raw in path.read_bytes().split(b"\n")[:-1]:
-            try:
-                rows.append(json.loads(raw))
-            except ValueError:
-                rows.append(raw)
-        parsed[str(path.relative_to(out))] = rows
-    return parsed
 
 
 def is_half(line) -> bool:
