@@ -273,7 +273,8 @@ def generate(
     """Write producer logs under ``out/landing/dt=YYYY-MM-DD/hour=HH/``, one file per producer and hour.
 
     Args:
-        messages: valid messages to write (transactions count each record).
+        messages: valid messages to write (store-level transactions count each record; the end
+            lines of half sends come on top).
         topics: topics to write to; COMPACTION topics always get keys.
         bad_rate: extra bad lines as a fraction of ``messages``, cycling
             through every kind in ``BAD_KINDS``.
