@@ -67,6 +67,8 @@ TRANSACTION_CHECK_INTERVAL_MS = 30_000
 TRANSACTION_CHECK_MAX = 15
 # one TransactionMQProducer group per application; each producer host runs one of them
 PRODUCER_GROUPS = ("pg_order_tx", "pg_payment_tx")
+# end lines ingest refuses: one naming no half, one repeating an end
+BAD_END_KINDS = ("end_without_half", "end_twice")
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,10 @@ def _encode(record: dict) -> bytes:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
+def _producer_group(producer: str) -> str:
+    return PRODUCER_GROUPS[PRODUCERS.index(producer) % len(PRODUCER_GROUPS)]
+
+
 def _half_send(rng: random.Random, line: dict, *, producer: str) -> dict | None:
     """Make ``line`` a transactional producer's half send; returns its end line, ``None`` for one left open.
 
@@ -231,7 +237,7 @@ def _half_send(rng: random.Random, line: dict, *, producer: str) -> dict | None:
     fall into the next hour's file). The end line's ``storeTimestamp`` is when
     the broker stored the end; it names the topic and producer group, as a client's request does.
     """
-    group = PRODUCER_GROUPS[PRODUCERS.index(producer) % len(PRODUCER_GROUPS)]
+    group = _producer_group(producer)
     line["transaction"] = "PREPARED"
     line["uniqKey"] = f"{rng.getrandbits(128):032X}"
     line["properties"] = {**line.get("properties", {}), TRAN_MSG: "true", PGROUP: group}
@@ -249,6 +255,30 @@ def _half_send(rng: random.Random, line: dict, *, producer: str) -> dict | None:
     else:
         record["storeTimestamp"] = stored + rng.randint(100, 3000)
     return record
+
+
+def _bad_end(
+    rng: random.Random, kind: str, ends: list[tuple[str, dict]], *, start_ms: int, hours: int
+) -> tuple[str, dict]:
+    """An end line ingest refuses, with its producer: one naming no half sent, or a repeat of an end in ``ends``.
+
+    A repeat comes up to 5 s after the end it repeats (within the last hour: at the same time, after it
+    in the file).
+    """
+    if kind == "end_without_half":
+        producer = rng.choice(PRODUCERS)
+        end = {
+            "endTransaction": rng.choice(["COMMIT", "ROLLBACK"]),
+            "uniqKey": f"{rng.getrandbits(128):032X}",
+            "producerGroup": _producer_group(producer),
+            "storeTimestamp": start_ms + rng.randrange(hours * HOUR_MS),
+        }
+        return producer, end
+    if kind == "end_twice":
+        producer, first = rng.choice(ends)
+        at = min(first["storeTimestamp"] + rng.randint(1, 5000), start_ms + hours * HOUR_MS - 1)
+        return producer, {**first, "storeTimestamp": at}
+    raise ValueError(f"unknown bad end kind {kind!r}")
 
 
 def generate(
@@ -277,7 +307,9 @@ def generate(
             lines of half sends come on top).
         topics: topics to write to; COMPACTION topics always get keys.
         bad_rate: extra bad lines as a fraction of ``messages``, cycling
-            through every kind in ``BAD_KINDS``.
+            through every kind in ``BAD_KINDS``; with transactions, on top,
+            the same fraction of the end lines (at least two) as end lines
+            ingest refuses, alternating the kinds in ``BAD_END_KINDS``.
         body_size: bodies of about this many bytes (±10 %) instead of the
             default spread from empty to tens of KiB.
         schedule_share: the fraction of plain messages (neither transactional nor
@@ -321,6 +353,7 @@ def generate(
     scheduled: Counter = Counter({"delay": 0, "timer": 0})
     transactional: Counter = Counter(dict.fromkeys(TRANSACTION_COUNTS, 0))
     queues = {t.name: t.queues for t in topics}
+    ends_written: list[tuple[str, dict]] = []  # (producer, end line)
     times = _timestamps(rng, messages, start_ms=start_ms, hours=hours)
     weights = [3 if not t.compaction else 2 for t in topics]
     retry = TopicPlan("%RETRY%" + RETRY_GROUP, 1, False)
@@ -369,6 +402,7 @@ def generate(
             else:
                 committed = end["endTransaction"] == "COMMIT"
                 per_file.setdefault((end_hour, producer), []).append((end["storeTimestamp"], order, _encode(end)))
+                ends_written.append((producer, end))
                 _count_end(per_queue_hour, line, end_hour, committed=committed, queues=queues)
                 order += 1
                 transactional["committed" if committed else "rolled_back"] += 1
@@ -388,6 +422,15 @@ def generate(
         per_file.setdefault(((born - start_ms) // HOUR_MS, producer), []).append((born, order, raw))
         order += 1
         bad_kinds[kind] += 1
+    # bad end lines come on top of the other bad lines, from the transactions' own random stream
+    bad_ends = max(2, round(len(ends_written) * bad_rate)) if ends_written and bad_rate else 0
+    for number in range(bad_ends):
+        kind = BAD_END_KINDS[number % len(BAD_END_KINDS)]
+        producer, end = _bad_end(transaction_rng, kind, ends_written, start_ms=start_ms, hours=hours)
+        hour = (end["storeTimestamp"] - start_ms) // HOUR_MS
+        per_file.setdefault((hour, producer), []).append((end["storeTimestamp"], order, _encode(end)))
+        order += 1
+        bad_kinds[kind] += 1
     files = []
     for (hour, producer), lines in sorted(per_file.items()):
         moment = datetime.fromtimestamp((start_ms + hour * HOUR_MS) / 1000, UTC)
@@ -404,11 +447,11 @@ def generate(
     summary = {
         "seed": seed,
         "messages": written,
-        "bad_lines": bad_total,
+        "bad_lines": bad_total + bad_ends,
         "bad_kinds": dict(sorted(bad_kinds.items())),
         "scheduled": dict(scheduled),
         "transactions": dict(transactional),
-        "lines": written + ends + bad_total,
+        "lines": written + ends + bad_total + bad_ends,
         "records": written + 2 * transactional["committed"] + transactional["rolled_back"],
         "files": files,
         "hours": hours,

@@ -13,7 +13,7 @@ from rmqlake.consumer_offsets import parse_snapshot
 from rmqlake.formats.javahash import select_queue_by_hash
 from rmqlake.formats.properties import KEY_SEPARATOR
 from rmqlake.formats.transaction import HALF_TOPIC, OP_TOPIC, PGROUP, TRAN_MSG
-from rmqlake.generate import TRANSACTION_TIMEOUT_MS, TopicPlan, generate
+from rmqlake.generate import BAD_END_KINDS, TRANSACTION_TIMEOUT_MS, TopicPlan, generate
 from tests.conftest import CONF
 from tests.unit.test_generate import lines
 
@@ -64,8 +64,12 @@ def test_half_sends_are_the_same_messages_and_the_end_lines_come_on_top(tmp_path
         assert [as_plain(r) for r in rows if not is_end(r)] == before.get(name, []), name
     counts = mixed["transactions"]
     ends = counts["committed"] + counts["rolled_back"]
+    bad_ends = {kind: mixed["bad_kinds"].pop(kind) for kind in BAD_END_KINDS}
     assert mixed["messages"] == plain["messages"] and mixed["scheduled"] == plain["scheduled"]
-    assert mixed["lines"] == plain["lines"] + ends == sum(len(rows) for rows in after.values())
+    refused = round(ends * 0.02)  # the bad rate of the end lines, alternating the kinds
+    assert mixed["bad_kinds"] == plain["bad_kinds"] and bad_ends == {"end_without_half": 3, "end_twice": 2}
+    assert mixed["bad_lines"] == plain["bad_lines"] + refused == plain["bad_lines"] + 5
+    assert mixed["lines"] == plain["lines"] + ends + refused == sum(len(rows) for rows in after.values())
     assert mixed["records"] == mixed["messages"] + 2 * counts["committed"] + counts["rolled_back"]
     assert mixed["topics"][-2:] == [HALF_TOPIC, OP_TOPIC]
 
@@ -73,7 +77,7 @@ def test_half_sends_are_the_same_messages_and_the_end_lines_come_on_top(tmp_path
 def test_each_end_follows_its_half_in_the_producers_file_of_its_hour(tmp_path):
     summary = generate(tmp_path, messages=3000, topics=TOPICS, hours=3, seed=2, transaction_share=0.3,
                        schedule_share=0.1, bad_rate=0.01)  # fmt: skip
-    halves, ends = {}, {}
+    halves, ends, repeats = {}, {}, []
     for name, rows in lines(tmp_path).items():
         folder, producer = name.rsplit("/", 1)
         for row in rows:
@@ -83,9 +87,17 @@ def test_each_end_follows_its_half_in_the_producers_file_of_its_hour(tmp_path):
                 assert row["properties"][TRAN_MSG] == "true" and row["properties"][PGROUP].startswith("pg_")
                 halves[row["uniqKey"]] = (folder, producer, row)
             elif is_end(row):
-                assert row["uniqKey"] not in ends  # one end per half
-                ends[row["uniqKey"]] = (folder, producer, row)
-    assert len(halves) == summary["transactions"]["sent"] and ends.keys() <= halves.keys()
+                if row["uniqKey"] in ends:
+                    repeats.append((row, ends[row["uniqKey"]][2]))
+                else:
+                    ends[row["uniqKey"]] = (folder, producer, row)
+    unknown = [ends.pop(key)[2] for key in ends.keys() - halves.keys()]
+    assert len(halves) == summary["transactions"]["sent"]
+    assert len(unknown) == summary["bad_kinds"]["end_without_half"] > 0
+    assert len(repeats) == summary["bad_kinds"]["end_twice"] > 0
+    for repeat, first in repeats:  # the same end again, a little later
+        assert repeat == {**first, "storeTimestamp": repeat["storeTimestamp"]}
+        assert first["storeTimestamp"] <= repeat["storeTimestamp"] <= first["storeTimestamp"] + 5000
     kinds = Counter(end["endTransaction"] for _, _, end in ends.values())
     counts = summary["transactions"]
     assert kinds == {"COMMIT": counts["committed"], "ROLLBACK": counts["rolled_back"]}
