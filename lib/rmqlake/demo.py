@@ -106,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         commitlog = read_table(spark, Lake.from_settings(settings), "commitlog")
         followed = _a_committed_transaction(commitlog, batches=batches)
         print(f"\n{followed['text'] if followed else 'no committed transaction in the lake'}")
-        print("\nopen transactions after the last batch (halves no op record names; rmqlake status lists them):")
+        print(
+            f"\nopen transactions after the last batch, halves no op record names (the generator left {sent['open']} "
+            "open; rmqlake status lists them):"
+        )
         still_open = _open_transactions(commitlog)
         print(textwrap.indent(render_table(still_open), "  ") if still_open else "  none")
 
