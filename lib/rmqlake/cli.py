@@ -177,6 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="fraction of plain messages sent with a delayLevel, deliverTimeMs or TIMER_DELAY_SEC, within the "
         "configured delay levels and max timer delay (default 0.01; 0 for none)",
     )
+    generate.add_argument(
+        "--transaction-share",
+        type=fraction,
+        default=0.01,
+        help="fraction of plain messages sent as transactional half messages, each followed by an endTransaction "
+        "line (most COMMIT, some ROLLBACK, some left open) (default 0.01; 0 for none)",
+    )
 
     ingest = commands.add_parser("ingest", parents=[common], help="raw logs -> commitlog, segments, rejected")
     add_ingest_arguments(ingest)
@@ -328,10 +335,13 @@ EXPLAINED: dict[str, tuple[str, list[str]]] = {
         "Write realistic raw producer logs (JSON Lines, hour folders under OUT/landing/) and consumer offset\n"
         "snapshots, for trying the pipeline out. The same --seed writes the same files. A small share of the\n"
         "messages (--schedule-share) are delay-level and timer messages, stored on SCHEDULE_TOPIC_XXXX or\n"
-        "rmq_sys_wheel_timer by ingest and delivered to their topic when due.",
+        "rmq_sys_wheel_timer by ingest and delivered to their topic when due. Another small share\n"
+        "(--transaction-share) are a transactional producer's half messages, each followed by its end line\n"
+        "(endTransaction COMMIT or ROLLBACK, some in the next hour's file) or left open.",
         [
             "rmqlake generate --out data --messages 100000 --hours 6 --bad-rate 0.001 --seed 1",
             "rmqlake generate --out data --messages 10000 --schedule-share 0.05",
+            "rmqlake generate --out data --messages 10000 --transaction-share 0.05 --schedule-share 0",
         ],
     ),
     "ingest": (
@@ -614,6 +624,7 @@ def cmd_generate(args, settings) -> int:
         body_size=args.body_size,
         max_message_size=settings.store.max_message_size,
         schedule_share=args.schedule_share,
+        transaction_share=args.transaction_share,
         delay_levels=settings.schedule_rules().max_delay_level,
         timer_max_delay_sec=settings.store.timer_max_delay_sec,
         **options,

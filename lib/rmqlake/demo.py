@@ -45,12 +45,16 @@ def main(argv: list[str] | None = None) -> int:
         bad_rate=0.002,
         seed=args.seed,
         schedule_share=0.01,
+        transaction_share=0.01,
         delay_levels=settings.schedule_rules().max_delay_level,
         timer_max_delay_sec=settings.store.timer_max_delay_sec,
     )
+    sent = summary["transactions"]
     print(
         f"generated {summary['messages']} messages ({summary['scheduled']['delay']} with a delay level, "
-        f"{summary['scheduled']['timer']} timers) and {summary['bad_lines']} bad lines in {args.data}/landing"
+        f"{summary['scheduled']['timer']} timers, {sent['sent']} transactional: {sent['committed']} committed, "
+        f"{sent['rolled_back']} rolled back, {sent['open']} left open) and {summary['bad_lines']} bad lines in "
+        f"{args.data}/landing"
     )
 
     from rmqlake.session import get_spark
@@ -64,11 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     hours = sorted(p for p in landing.glob("dt=*/hour=*"))
     runs = []
     delayed = None
+    batches = {}  # ingest batch id -> the landing hour it ingested
     for hour in hours:  # one batch per landing hour, each followed by reput, as the hourly pipeline does
         ingested = ingest(spark, settings, input_path=str(hour))
         dispatched = reput(spark, settings)
         compacted = compact(spark, settings)
         batch = f"{hour.parent.name}/{hour.name}"
+        batches[ingested["batch_id"]] = batch
         if delayed is None:
             delayed = _a_pending_delivery(settings, batch=batch)
         elif not delayed.get("delivered"):
@@ -93,6 +99,19 @@ def main(argv: list[str] | None = None) -> int:
     print(render_table(runs))
     if delayed:
         print(f"\n{delayed['stored']}\n{delayed.get('delivered') or '  still pending after the last batch'}")
+    followed = None
+    if sent["sent"]:
+        from rmqlake.lake.spark_io import read_table
+
+        commitlog = read_table(spark, Lake.from_settings(settings), "commitlog")
+        followed = _a_committed_transaction(commitlog, batches=batches)
+        print(f"\n{followed['text'] if followed else 'no committed transaction in the lake'}")
+        print(
+            f"\nopen transactions after the last batch, halves no op record names (the generator left {sent['open']} "
+            "open; rmqlake status lists them):"
+        )
+        still_open = _open_transactions(commitlog)
+        print(textwrap.indent(render_table(still_open), "  ") if still_open else "  none")
 
     from rmqlake.steps.expire import expire
     from rmqlake.steps.offsets import lag, load_offsets
@@ -140,6 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     key, topic = _a_key(lake)
     compacted_topic = next(iter(settings.compaction_topics()), topic)
     root = Path(settings.lake.root).resolve()
+    transaction_queries = ""
+    if followed and followed["half_offset"] >= lake.min_physical_offset():  # expiry may have deleted it
+        transaction_queries = (
+            f"  .venv/bin/rmqlake query msgid --env local {followed['half_msg_id']}   # the half (offsetMsgId)\n"
+            f"  .venv/bin/rmqlake query msgid --env local {followed['uniq_key']} --topic {followed['topic']}"
+            "   # the committed message\n"
+        )
     print(
         f"""
 Tables (Delta Lake) under {root}:
@@ -167,7 +193,7 @@ Ask it what a broker would answer:
   .venv/bin/rmqlake query offset --env local --topic {topic} --queue 0 --offset 0 --max 5 --tags 'TagA || TagB'
   .venv/bin/rmqlake query time --env local --topic {topic} --queue 0 --at 2026-11-21T01:30:00Z
   .venv/bin/rmqlake query offset --env local --topic {compacted_topic} --queue 0 --offset 0 --compacted
-  .venv/bin/rmqlake lag --env local --group cg_audit
+{transaction_queries}  .venv/bin/rmqlake lag --env local --group cg_audit
   .venv/bin/rmqlake quality --env local --suite commitlog
   .venv/bin/rmqlake export-store --env local --out /tmp/store --as-of 2   # the store right after run 2
   .venv/bin/rmqlake expire --env local --now {(expire_at + timedelta(days=1)):%Y-%m-%dT%H:%M:%SZ} --dry-run
@@ -251,6 +277,101 @@ def _its_delivery(settings, delayed: dict, *, batch: str) -> str | None:
         f"  delivered by batch {batch} to {delayed['topic']} queue {found[0]['queue_id']} offset "
         f"{found[0]['queue_offset']}, stored at {iso(found[0]['store_timestamp'])}: its due time"
     )
+
+
+def _a_committed_transaction(commitlog, *, batches: dict[str, str]) -> dict | None:
+    """One committed transaction followed through the commitlog (a DataFrame): its half, its commit, its op record.
+
+    Prefers a commit stored by a later batch than its half (the end line was in a later hour's
+    file), then the latest. ``batches`` names the landing hour of each ingest batch id.
+    What the demo prints about it, and the ids to query it by; ``None`` when no commit is stored.
+    """
+    from pyspark.sql import functions as F
+
+    from rmqlake.formats.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
+    from rmqlake.formats.transaction import HALF_TOPIC, OP_TOPIC, PGROUP, REAL_QID, REAL_TOPIC
+    from rmqlake.timeutil import iso
+
+    halves = commitlog.where(F.col("topic") == HALF_TOPIC).select(
+        F.col("physical_offset").alias("half_offset"),
+        F.col("queue_id").alias("half_queue_id"),
+        F.col("queue_offset").alias("half_queue_offset"),
+        F.col("batch_id").alias("half_batch"),
+        F.col("msg_id").alias("half_msg_id"),
+        F.col("store_timestamp").alias("half_stored"),
+        F.col("properties")[REAL_TOPIC].alias("real_topic"),
+        F.col("properties")[REAL_QID].alias("real_qid"),
+        F.col("properties")[PGROUP].alias("group"),
+    )
+    # a commit re-put keeps the half's properties, REAL_TOPIC included (a store-level COMMIT line has none)
+    committed = F.col("sys_flag").bitwiseAND(TRANSACTION_TYPE_MASK) == TRANSACTION_COMMIT_TYPE
+    commits = commitlog.where(committed & F.col("properties")[REAL_TOPIC].isNotNull()).select(
+        "topic", "queue_id", "queue_offset", "physical_offset", "prepared_transaction_offset", "store_timestamp",
+        "batch_id", "uniq_key", "sys_flag",
+    )  # fmt: skip
+    found = (
+        commits.join(halves, commits.prepared_transaction_offset == halves.half_offset)
+        .orderBy((F.col("batch_id") != F.col("half_batch")).desc(), F.col("physical_offset").desc())
+        .first()
+    )
+    if found is None:
+        return None
+    named = F.array_contains(F.split(F.col("body").cast("string"), ","), str(found["half_queue_offset"]))
+    op = (
+        commitlog.where((F.col("topic") == OP_TOPIC) & named)
+        .select("queue_id", "queue_offset", "store_timestamp", "batch_id", "tags", F.col("body").cast("string"))
+        .orderBy("physical_offset")
+        .first()
+    )
+    lines = [
+        f"a committed transaction (UNIQ_KEY {found['uniq_key']}, producer group {found['group']}):",
+        f"  half    stored by batch {batches.get(found['half_batch'], found['half_batch'])} on {HALF_TOPIC} queue "
+        f"{found['half_queue_id']} offset {found['half_queue_offset']} at {iso(found['half_stored'])}: physical "
+        f"offset {found['half_offset']}, REAL_TOPIC {found['real_topic']}, REAL_QID {found['real_qid']}",
+        f"  commit  stored by batch {batches.get(found['batch_id'], found['batch_id'])} on {found['topic']} queue "
+        f"{found['queue_id']} offset {found['queue_offset']} at {iso(found['store_timestamp'])}: type COMMIT, "
+        f"preparedTransactionOffset {found['prepared_transaction_offset']} (the half's physical offset)",
+    ]
+    if op is None:
+        lines.append(f"  op      no op record on {OP_TOPIC} names half queue offset {found['half_queue_offset']} (!)")
+    else:
+        body = op["body"] if len(op["body"]) <= 40 else op["body"][:37] + "..."
+        lines.append(
+            f"  op      stored by batch {batches.get(op['batch_id'], op['batch_id'])} on {OP_TOPIC} queue "
+            f"{op['queue_id']} offset {op['queue_offset']} at {iso(op['store_timestamp'])}: tags {op['tags']}, body "
+            f"{body!r} names half queue offset {found['half_queue_offset']}: the half is ended"
+        )
+    return {
+        "text": "\n".join(lines),
+        "half_offset": found["half_offset"],
+        "half_msg_id": found["half_msg_id"],
+        "uniq_key": found["uniq_key"],
+        "topic": found["topic"],
+    }
+
+
+def _open_transactions(commitlog) -> list[dict]:
+    """Per real topic, the halves of the commitlog (a DataFrame) no op record names: count and oldest store time."""
+    from pyspark.sql import functions as F
+
+    from rmqlake.formats.transaction import HALF_QUEUE_ID, HALF_TOPIC, OP_TOPIC, REAL_TOPIC
+    from rmqlake.timeutil import iso
+
+    ended = (
+        commitlog.where(F.col("topic") == OP_TOPIC)
+        .select(F.explode(F.split(F.col("body").cast("string"), ",")).alias("offset"))
+        .where(F.col("offset") != "")
+        .select(F.col("offset").cast("bigint").alias("queue_offset"))
+    )
+    halves = commitlog.where((F.col("topic") == HALF_TOPIC) & (F.col("queue_id") == HALF_QUEUE_ID))
+    rows = (
+        halves.join(ended, "queue_offset", "left_anti")
+        .groupBy(F.col("properties")[REAL_TOPIC].alias("topic"))
+        .agg(F.count(F.lit(1)).alias("open"), F.min("store_timestamp").alias("oldest"))
+        .orderBy("topic")
+        .collect()  # one row per topic
+    )
+    return [{"topic": r["topic"], "open": r["open"], "oldest": iso(r["oldest"])} for r in rows]
 
 
 def _a_key(lake) -> tuple[str, str]:

@@ -4,9 +4,10 @@ Same seed, same files, byte for byte (gzip members carry no timestamp).
 Shape: bursty traffic over several hours from several producer hosts (one
 IPv6), Zipf-like keys with repeated updates, skewed tags, bodies from empty
 to tens of KiB (text, unicode and binary), user properties, transactions
-(PREPARED then COMMIT or ROLLBACK), a long ``%RETRY%`` topic, a share of scheduled
-messages (delay levels, and timers as ``deliverTimeMs`` or a ``TIMER_DELAY_SEC`` property), and
-optional bad lines of every kind the input format refuses.
+(store-level PREPARED then COMMIT or ROLLBACK), a long ``%RETRY%`` topic, a share of scheduled
+messages (delay levels, and timers as ``deliverTimeMs`` or a ``TIMER_DELAY_SEC`` property), a
+share of a transactional producer's half sends with their end lines (committed, rolled back or
+left open), and optional bad lines of every kind the input format refuses.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rmqlake.formats.consumequeue import DEFAULT_DELAY_LEVELS, parse_delay_level
 from rmqlake.formats.javahash import select_queue_by_hash
 from rmqlake.formats.properties import KEY_SEPARATOR
 from rmqlake.formats.schedule import DEFAULT_TIMER_MAX_DELAY_SEC, TIMER_DELAY_SEC
+from rmqlake.formats.transaction import HALF_QUEUE_ID, HALF_TOPIC, OP_TOPIC, PGROUP, TRAN_MSG
 
 PRODUCERS = ("10.1.0.11:50001", "10.1.0.12:50002", "10.1.0.13:50003", "[2001:db8::21]:50100")
 TAGS = (("TagA", 40), ("TagB", 25), ("TagPay", 15), ("TagRefund", 5), ("TagShip", 10), (None, 5))
@@ -52,6 +54,21 @@ BAD_KINDS = (
 # the hours of traffic generated see most timers delivered
 TIMER_DELAY_FRACTION = 0.01
 SCHEDULE_KINDS = (("delay", 2), ("deliver_time", 2), ("delay_sec", 1))
+HOUR_MS = 3_600_000
+# how a transactional producer's local transaction ends: (end, weight); None leaves the half open
+TRANSACTION_ENDS = (("COMMIT", 80), ("ROLLBACK", 12), (None, 8))
+TRANSACTION_COUNTS = ("sent", "committed", "rolled_back", "open", "ends_in_a_later_hour", "from_transaction_check")
+# the share of ends the producer gives only when the broker checks the half back
+CHECK_BACK_SHARE = 0.15
+# the broker checks halves older than transactionTimeOut every transactionCheckInterval, a half at most
+# transactionCheckMax times (a producer may answer UNKNOWN to the first checks)
+TRANSACTION_TIMEOUT_MS = 6_000
+TRANSACTION_CHECK_INTERVAL_MS = 30_000
+TRANSACTION_CHECK_MAX = 15
+# one TransactionMQProducer group per application; each producer host runs one of them
+PRODUCER_GROUPS = ("pg_order_tx", "pg_payment_tx")
+# end lines ingest refuses: one naming no half, one repeating an end
+BAD_END_KINDS = ("end_without_half", "end_twice")
 
 
 @dataclass(frozen=True)
@@ -202,6 +219,68 @@ def _schedule(rng: random.Random, line: dict, *, delay_levels: int, timer_max_de
     return "timer"
 
 
+def _encode(record: dict) -> bytes:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _producer_group(producer: str) -> str:
+    return PRODUCER_GROUPS[PRODUCERS.index(producer) % len(PRODUCER_GROUPS)]
+
+
+def _half_send(rng: random.Random, line: dict, *, producer: str) -> dict | None:
+    """Make ``line`` a transactional producer's half send; returns its end line, ``None`` for one left open.
+
+    The half carries ``TRAN_MSG`` and ``PGROUP`` (the producer host's group) and a ``uniqKey`` (the
+    end names the half by it). The producer ends most transactions 100 ms to 3 s after the store
+    time; :data:`CHECK_BACK_SHARE` of them only when the broker checks the half back, after the
+    transaction timeout and one to :data:`TRANSACTION_CHECK_MAX` check intervals (so some ends
+    fall into the next hour's file). The end line's ``storeTimestamp`` is when
+    the broker stored the end; it names the topic and producer group, as a client's request does.
+    """
+    group = _producer_group(producer)
+    line["transaction"] = "PREPARED"
+    line["uniqKey"] = f"{rng.getrandbits(128):032X}"
+    line["properties"] = {**line.get("properties", {}), TRAN_MSG: "true", PGROUP: group}
+    end = rng.choices([e for e, _ in TRANSACTION_ENDS], [w for _, w in TRANSACTION_ENDS])[0]
+    if end is None:
+        return None
+    stored = line.get("storeTimestamp", line["bornTimestamp"])
+    record = {"endTransaction": end, "uniqKey": line["uniqKey"], "topic": line["topic"], "producerGroup": group}
+    if rng.random() < CHECK_BACK_SHARE:
+        checks = rng.randint(1, TRANSACTION_CHECK_MAX)
+        record["storeTimestamp"] = (
+            stored + TRANSACTION_TIMEOUT_MS + checks * TRANSACTION_CHECK_INTERVAL_MS + rng.randrange(1000)
+        )
+        record["fromTransactionCheck"] = True
+    else:
+        record["storeTimestamp"] = stored + rng.randint(100, 3000)
+    return record
+
+
+def _bad_end(
+    rng: random.Random, kind: str, ends: list[tuple[str, dict]], *, start_ms: int, hours: int
+) -> tuple[str, dict]:
+    """An end line ingest refuses, with its producer: one naming no half sent, or a repeat of an end in ``ends``.
+
+    A repeat comes up to 5 s after the end it repeats (within the last hour: at the same time, after it
+    in the file).
+    """
+    if kind == "end_without_half":
+        producer = rng.choice(PRODUCERS)
+        end = {
+            "endTransaction": rng.choice(["COMMIT", "ROLLBACK"]),
+            "uniqKey": f"{rng.getrandbits(128):032X}",
+            "producerGroup": _producer_group(producer),
+            "storeTimestamp": start_ms + rng.randrange(hours * HOUR_MS),
+        }
+        return producer, end
+    if kind == "end_twice":
+        producer, first = rng.choice(ends)
+        at = min(first["storeTimestamp"] + rng.randint(1, 5000), start_ms + hours * HOUR_MS - 1)
+        return producer, {**first, "storeTimestamp": at}
+    raise ValueError(f"unknown bad end kind {kind!r}")
+
+
 def generate(
     out: str | Path,
     *,
@@ -219,14 +298,18 @@ def generate(
     schedule_share: float = 0.0,
     delay_levels: int = len(parse_delay_levels(DEFAULT_DELAY_LEVELS)),
     timer_max_delay_sec: int = DEFAULT_TIMER_MAX_DELAY_SEC,
+    transaction_share: float = 0.0,
 ) -> dict:
     """Write producer logs under ``out/landing/dt=YYYY-MM-DD/hour=HH/``, one file per producer and hour.
 
     Args:
-        messages: valid messages to write (transactions count each record).
+        messages: valid messages to write (store-level transactions count each record; the end
+            lines of half sends come on top).
         topics: topics to write to; COMPACTION topics always get keys.
         bad_rate: extra bad lines as a fraction of ``messages``, cycling
-            through every kind in ``BAD_KINDS``.
+            through every kind in ``BAD_KINDS``; with transactions, on top,
+            the same fraction of the end lines (at least two) as end lines
+            ingest refuses, alternating the kinds in ``BAD_END_KINDS``.
         body_size: bodies of about this many bytes (±10 %) instead of the
             default spread from empty to tens of KiB.
         schedule_share: the fraction of plain messages (neither transactional nor
@@ -238,19 +321,39 @@ def generate(
             message with a share of 0, are the same as without it.
         delay_levels, timer_max_delay_sec: the broker's ``messageDelayLevel``
             count and ``timerMaxDelaySec`` the scheduled messages stay within.
+        transaction_share: the fraction of the plain messages not scheduled
+            sent as a transactional producer's half sends (``transaction``
+            PREPARED with ``TRAN_MSG`` and ``PGROUP``), each followed by its end
+            line (``endTransaction``) in the producer's file of the hour the end
+            is stored in: most COMMIT, some ROLLBACK, some never (left open, as
+            is a half whose end would come after the last hour). End lines are
+            extra lines, not messages. The choice draws from its own random
+            stream: the messages are the same as without it.
 
     Returns:
         A summary also written to ``out/MANIFEST.json``: lines, messages,
-        bad lines per kind, scheduled messages per kind, files, and the time range.
+        bad lines per kind, scheduled messages per kind, transactions
+        (``sent``, ``committed``, ``rolled_back``, ``open``, the ends stored in
+        a later hour than their half and those ``from_transaction_check``),
+        ``records`` (what ingest appends to the commitlog for the lines: a
+        message or half one record, a commit two, the message again on its
+        topic and queue and an op record, a rollback one op record; deliveries
+        of scheduled messages not counted), files, and the time range.
     """
     rng = random.Random(seed)
     schedule_rng = random.Random(f"schedule-{seed}")
+    transaction_rng = random.Random(f"transaction-{seed}")
     out = Path(out)
     if messages < 0 or hours < 1 or not 0 <= bad_rate <= 1 or not topics:
         raise ValueError("messages must be >= 0, hours >= 1, bad_rate in [0, 1] and topics non-empty")
     if not 0 <= schedule_share <= 1 or delay_levels < 1 or timer_max_delay_sec < 1:
         raise ValueError("schedule_share must be in [0, 1], delay_levels and timer_max_delay_sec >= 1")
+    if not 0 <= transaction_share <= 1:
+        raise ValueError("transaction_share must be in [0, 1]")
     scheduled: Counter = Counter({"delay": 0, "timer": 0})
+    transactional: Counter = Counter(dict.fromkeys(TRANSACTION_COUNTS, 0))
+    queues = {t.name: t.queues for t in topics}
+    ends_written: list[tuple[str, dict]] = []  # (producer, end line)
     times = _timestamps(rng, messages, start_ms=start_ms, hours=hours)
     weights = [3 if not t.compaction else 2 for t in topics]
     retry = TopicPlan("%RETRY%" + RETRY_GROUP, 1, False)
@@ -263,6 +366,7 @@ def generate(
         born = times[index]
         index += 1
         producer = rng.choice(PRODUCERS)
+        half_sent, end = False, None
         if retry_topic and rng.random() < 0.002:
             line = _message(rng, retry, born, producer, body_size)
             line["reconsumeTimes"] = rng.randint(1, 3)
@@ -281,14 +385,29 @@ def generate(
             elif not topic.compaction and schedule_share and schedule_rng.random() < schedule_share:
                 kind = _schedule(schedule_rng, line, delay_levels=delay_levels, timer_max_delay_sec=timer_max_delay_sec)
                 scheduled[kind] += 1
+            elif not topic.compaction and transaction_share and transaction_rng.random() < transaction_share:
+                half_sent, end = True, _half_send(transaction_rng, line, producer=producer)
         for record in records:
-            hour = (record["bornTimestamp"] - start_ms) // 3_600_000
-            encoded = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-            per_file.setdefault((hour, producer), []).append((record["bornTimestamp"], order, encoded))
+            hour = (record["bornTimestamp"] - start_ms) // HOUR_MS
+            per_file.setdefault((hour, producer), []).append((record["bornTimestamp"], order, _encode(record)))
             if record["topic"] != retry.name:
-                _count_queue(per_queue_hour, record, hour, queues={t.name: t.queues for t in topics})
+                _count_queue(per_queue_hour, record, hour, queues=queues)
             order += 1
             written += 1
+        if half_sent:
+            transactional["sent"] += 1
+            end_hour = hours if end is None else (end["storeTimestamp"] - start_ms) // HOUR_MS
+            if end_hour >= hours:  # no end, or none before the traffic stops: left open
+                transactional["open"] += 1
+            else:
+                committed = end["endTransaction"] == "COMMIT"
+                per_file.setdefault((end_hour, producer), []).append((end["storeTimestamp"], order, _encode(end)))
+                ends_written.append((producer, end))
+                _count_end(per_queue_hour, line, end_hour, committed=committed, queues=queues)
+                order += 1
+                transactional["committed" if committed else "rolled_back"] += 1
+                transactional["ends_in_a_later_hour"] += end_hour > (line["bornTimestamp"] - start_ms) // HOUR_MS
+                transactional["from_transaction_check"] += end.get("fromTransactionCheck", False)
     bad_total = round(messages * bad_rate)
     bad_kinds: Counter = Counter()
     oversize_written = False
@@ -297,15 +416,24 @@ def generate(
         if kind == "body_too_large" and oversize_written:
             kind = "malformed_json"
         oversize_written |= kind == "body_too_large"
-        born = start_ms + rng.randrange(hours * 3_600_000)
+        born = start_ms + rng.randrange(hours * HOUR_MS)
         producer = rng.choice(PRODUCERS)
         raw = _bad_line(rng, kind, born=born, topics=topics, max_message_size=max_message_size)
-        per_file.setdefault(((born - start_ms) // 3_600_000, producer), []).append((born, order, raw))
+        per_file.setdefault(((born - start_ms) // HOUR_MS, producer), []).append((born, order, raw))
+        order += 1
+        bad_kinds[kind] += 1
+    # bad end lines come on top of the other bad lines, from the transactions' own random stream
+    bad_ends = max(2, round(len(ends_written) * bad_rate)) if ends_written and bad_rate else 0
+    for number in range(bad_ends):
+        kind = BAD_END_KINDS[number % len(BAD_END_KINDS)]
+        producer, end = _bad_end(transaction_rng, kind, ends_written, start_ms=start_ms, hours=hours)
+        hour = (end["storeTimestamp"] - start_ms) // HOUR_MS
+        per_file.setdefault((hour, producer), []).append((end["storeTimestamp"], order, _encode(end)))
         order += 1
         bad_kinds[kind] += 1
     files = []
     for (hour, producer), lines in sorted(per_file.items()):
-        moment = datetime.fromtimestamp((start_ms + hour * 3_600_000) / 1000, UTC)
+        moment = datetime.fromtimestamp((start_ms + hour * HOUR_MS) / 1000, UTC)
         folder = out / "landing" / f"dt={moment:%Y-%m-%d}" / f"hour={moment:%H}"
         folder.mkdir(parents=True, exist_ok=True)
         host = producer.replace("[", "").replace("]", "").replace(":", "_")
@@ -315,18 +443,24 @@ def generate(
             data = gzip.compress(data, mtime=0)
         path.write_bytes(data)
         files.append(str(path.relative_to(out)))
+    ends = transactional["committed"] + transactional["rolled_back"]
     summary = {
         "seed": seed,
         "messages": written,
-        "bad_lines": bad_total,
+        "bad_lines": bad_total + bad_ends,
         "bad_kinds": dict(sorted(bad_kinds.items())),
         "scheduled": dict(scheduled),
-        "lines": written + bad_total,
+        "transactions": dict(transactional),
+        "lines": written + ends + bad_total + bad_ends,
+        "records": written + 2 * transactional["committed"] + transactional["rolled_back"],
         "files": files,
         "hours": hours,
         "start_ms": start_ms,
-        "end_ms": start_ms + hours * 3_600_000,
-        "topics": [t.name for t in topics] + ([retry.name] if retry_topic else []),
+        "end_ms": start_ms + hours * HOUR_MS,
+        "topics": [t.name for t in topics]
+        + ([retry.name] if retry_topic else [])
+        + ([HALF_TOPIC] if transactional["sent"] else [])
+        + ([OP_TOPIC] if ends else []),
     }
     out.mkdir(parents=True, exist_ok=True)
     summary["offset_snapshots"] = _offset_snapshots(out, per_queue_hour, topics=topics, start_ms=start_ms, hours=hours)
@@ -341,23 +475,47 @@ CONSUMER_GROUPS = (("cg_billing", 0.9), ("cg_audit", 0.5))
 ROUND_ROBIN = -1  # the queue of messages without queueId or keys: chosen at append time
 
 
-def _count_queue(counts: Counter, record: dict, hour: int, *, queues: dict[str, int]) -> None:
-    """Count ``record`` towards its queue: by ``queueId``, else the key hash (as ingest selects), else round robin.
-
-    ``counts`` keys: (topic, queue, hour, takes_offset); a PREPARED or
-    ROLLBACK message takes no queue offset but may take a round-robin turn, and
-    so does a scheduled one (counted as taking none: a lower bound).
-    """
+def _queue_of(record: dict, *, queues: dict[str, int]) -> int:
+    """The queue of ``record``: its ``queueId``, else the key hash (as ingest selects), else :data:`ROUND_ROBIN`."""
     queue = record.get("queueId")
     keys = record.get("keys")
     if queue is None and keys:
         queue = select_queue_by_hash(
             KEY_SEPARATOR.join(keys) if isinstance(keys, list) else keys, queues[record["topic"]]
         )
+    return ROUND_ROBIN if queue is None else queue
+
+
+def _count_queue(counts: Counter, record: dict, hour: int, *, queues: dict[str, int]) -> None:
+    """Count ``record`` towards its queue: by ``queueId``, else the key hash (as ingest selects), else round robin.
+
+    ``counts`` keys: (topic, queue, hour, takes_offset); a PREPARED or
+    ROLLBACK message takes no queue offset but may take a round-robin turn, and
+    so does a scheduled one (counted as taking none: a lower bound). A half
+    send takes its topic's turn the same way (the turn is its ``REAL_QID``) and
+    an offset on queue 0 of the half topic.
+    """
     # a scheduled message takes its queue offset only when delivered, maybe after the snapshot
     scheduled = "delayLevel" in record or "deliverTimeMs" in record or TIMER_DELAY_SEC in record.get("properties", {})
     takes_offset = record.get("transaction") not in ("PREPARED", "ROLLBACK") and not scheduled
-    counts[(record["topic"], ROUND_ROBIN if queue is None else queue, hour, takes_offset)] += 1
+    counts[(record["topic"], _queue_of(record, queues=queues), hour, takes_offset)] += 1
+    if record.get("transaction") == "PREPARED" and TRAN_MSG in record.get("properties", {}):
+        counts[(HALF_TOPIC, HALF_QUEUE_ID, hour, True)] += 1
+
+
+def _count_end(counts: Counter, half: dict, hour: int, *, committed: bool, queues: dict[str, int]) -> None:
+    """Count the end of ``half`` stored in ``hour``: its op record, and a commit's message on the half's queue.
+
+    A commit of a half sent round robin takes its offset on the queue of the
+    half's turn: that turn, counted as taking none, takes one from this hour on.
+    """
+    counts[(OP_TOPIC, HALF_QUEUE_ID, hour, True)] += 1
+    if not committed:
+        return
+    queue = _queue_of(half, queues=queues)
+    if queue == ROUND_ROBIN:
+        counts[(half["topic"], ROUND_ROBIN, hour, False)] -= 1
+    counts[(half["topic"], queue, hour, True)] += 1
 
 
 def _offset_snapshots(
