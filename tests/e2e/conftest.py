@@ -19,8 +19,10 @@ from tests.e2e.processes import INDEX, SETTINGS, TOPICS, in_process, ingest_args
 @pytest.fixture(scope="session")
 def landing(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("input")
-    # with delayed and timer messages: the killed, retried and concurrent runs re-route and deliver them too
-    generate(root, messages=1200, topics=TOPICS, hours=2, bad_rate=0.01, seed=99, schedule_share=0.05)
+    # with delayed, timer and transactional messages: the killed, retried and concurrent runs re-route and deliver
+    # them, and end transactions whose halves are in the same run or (ends in the next hour) the lake
+    generate(root, messages=1200, topics=TOPICS, hours=2, bad_rate=0.01, seed=99, schedule_share=0.05,
+             transaction_share=0.05)  # fmt: skip
     return root / "landing"
 
 
@@ -29,7 +31,9 @@ def clean_lake(spark, tmp_path_factory, landing) -> Path:
     """One uninterrupted ingest of both hours (the lake every interrupted run must end up equal to)."""
     lake = tmp_path_factory.mktemp("clean") / "lake"
     metrics = json.loads(in_process(*ingest_args(lake, landing), *INDEX, "--json"))
-    assert metrics["rows_in"] == 1212 and metrics["rows_out"] + metrics["rejected"] == 1212
+    lines = json.loads((landing.parent / "MANIFEST.json").read_text())["lines"]
+    assert metrics["rows_in"] == lines and metrics["rows_out"] + metrics["rejected"] == lines
+    assert metrics["transaction_commits"] > 0 and metrics["transaction_rollbacks"] > 0
     return lake
 
 
