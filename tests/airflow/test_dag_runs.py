@@ -9,7 +9,9 @@ The second hour's first attempt finds no landing folder: its ingest
 fails, reput, compaction and quality do not run, and the lake is as it was. Re-run once
 the hour has landed, the lake equals the same two hours run one by one by
 ``rmqlake pipeline run`` (with the same missing hour in between: the local runner
-stops downstream tasks the same way).
+stops downstream tasks the same way). Those local runs are processes started at the
+beginning, running beside the DAG runs on their own lake: each waits on its JVM much of
+the time, so together they take little more than the DAG runs alone.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 import subprocess
 import sys
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,7 +31,6 @@ import yaml
 from airflow.dag_processing.dagbag import DagBag
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from rmqlake.cli import main
 from rmqlake.generate import TopicPlan, generate
 from rmqlake.lake import TABLES, Lake
 from tests.airflow.test_dags import dag_folder_for
@@ -108,13 +110,30 @@ def asset_events() -> set[str]:
         return {event.uri for event in session.scalars(select(AssetEvent))}
 
 
-def pipeline_run(lake: Path, hour: datetime, landing: Path, capsys) -> tuple[int, dict[str, str]]:
-    """``rmqlake pipeline run ingest_hourly`` for the hour, in this process: exit code and task states."""
-    capsys.readouterr()
+def pipeline_run(lake: Path, hour: datetime, landing: Path) -> tuple[int, dict[str, str]]:
+    """``rmqlake pipeline run ingest_hourly`` for the hour, as a process: exit code and task states."""
     spec = ["pipeline", "run", "ingest_hourly", "--logical-date", hour.isoformat(), "--param", f"landing={landing}"]
-    code = main([*spec, "--conf", str(CONF), "--env", "test", "--lake", str(lake), "--json"])
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"task"')]
-    return code, {line["task"]: line["state"] for line in lines}
+    done = subprocess.run(
+        [str(BIN / "rmqlake"), *spec, "--conf", str(CONF), "--env", "test", "--lake", str(lake), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"task"')]
+    assert lines, done.stderr[-3000:]
+    return done.returncode, {line["task"]: line["state"] for line in lines}
+
+
+def one_by_one(lake: Path, landing: Path, missing: Path) -> dict:
+    """The first hour, the second before it landed, then the second: each run's exit code and task states,
+    and the table versions after the first run and after the failed one."""
+    runs: dict = {"first": pipeline_run(lake, HOURS[0], landing)}
+    runs["versions_before"] = {name: Lake(str(lake)).version(name) for name in TABLES}
+    runs["failed"] = pipeline_run(lake, HOURS[1], missing)
+    runs["versions_after"] = {name: Lake(str(lake)).version(name) for name in TABLES}
+    runs["second"] = pipeline_run(lake, HOURS[1], landing)
+    return runs
 
 
 def lake_rows(lake: Path, table: str) -> list[dict]:
@@ -122,60 +141,59 @@ def lake_rows(lake: Path, table: str) -> list[dict]:
     return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
-def test_ingest_hourly_runs_past_hours_in_order_and_a_failed_hour_changes_nothing(
-    airflow, landing, tmp_path, spark, capsys
-):
+def test_ingest_hourly_runs_past_hours_in_order_and_a_failed_hour_changes_nothing(airflow, landing, tmp_path):
     bag, lake = airflow
     dag = bag.dags["ingest_hourly"]
     assert all(isinstance(task, SparkSubmitOperator) for task in dag.tasks)
-
-    first = run_hour(dag, HOURS[0], landing)
-    assert first == {"ingest": "success", "reput": "success", "compact": "success", "quality": "success"}
-    assert {"rmqlake://default/commitlog", "rmqlake://default/consumequeue"} <= asset_events()  # DAGs can follow
-    state = Lake(str(lake)).state()
-    assert state.runs["ingest"].at == "2026-11-21T01:00:00+00:00"  # --now is the interval's end
-    assert state.runs["ingest"].metrics["rows_out"] > 0
-    assert state.dispatched_offset == state.next_offset
-
-    versions = {name: Lake(str(lake)).version(name) for name in TABLES}
-    seq = Lake(str(lake)).ledger().seq
-    failed = run_hour(dag, HOURS[1], tmp_path / "not-landed-yet")
-    assert failed == {"ingest": "failed", "reput": "upstream_failed", "compact": "upstream_failed"} | {
-        "quality": "upstream_failed"
-    }
-    after = Lake(str(lake))
-    assert {name: after.version(name) for name in TABLES} == versions and after.ledger().seq == seq
-    assert after.pending_tables() == []
-
-    second = run_hour(dag, HOURS[1], landing)  # the hour has landed: re-run it
-    assert set(second.values()) == {"success"}
-    assert Lake(str(lake)).state().runs["quality"].metrics["critical_failures"] == 0  # quality passed, on both hours
-
-    # the runs a backfill of these hours creates are these intervals, in this order
-    window = ["--from-date", HOURS[0].isoformat(), "--to-date", HOURS[-1].isoformat()]
-    reprocess = ["--reprocess-behavior", "completed"]  # list them although runs of those intervals exist
-    planned = subprocess.run(
-        [str(BIN / "airflow"), "backfill", "create", "--dag-id", "ingest_hourly", "--dry-run", *window, *reprocess],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert planned.returncode == 0, planned.stderr[-2000:]
-    logical_dates = re.findall(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)\+00:00", planned.stdout.split("Runs to be")[-1])
-    assert [datetime.fromisoformat(d).replace(tzinfo=UTC) for d in logical_dates] == HOURS
-
     # the same spec run locally, hour by hour, with a missing hour in between (`rmqlake pipeline run`)
-    one_by_one = tmp_path / "one-by-one"
-    code, tasks = pipeline_run(one_by_one, HOURS[0], landing, capsys)
-    assert code == 0 and tasks == first
-    versions = {name: Lake(str(one_by_one)).version(name) for name in TABLES}
-    code, tasks = pipeline_run(one_by_one, HOURS[1], tmp_path / "not-landed-yet", capsys)
-    assert code == 1 and tasks == failed
-    assert {name: Lake(str(one_by_one)).version(name) for name in TABLES} == versions
-    code, tasks = pipeline_run(one_by_one, HOURS[1], landing, capsys)
-    assert code == 0 and tasks == second
+    local_lake = tmp_path / "one-by-one"
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        local = pool.submit(one_by_one, local_lake, landing, tmp_path / "not-landed-yet")
+
+        first = run_hour(dag, HOURS[0], landing)
+        assert first == {"ingest": "success", "reput": "success", "compact": "success", "quality": "success"}
+        assert {"rmqlake://default/commitlog", "rmqlake://default/consumequeue"} <= asset_events()  # DAGs can follow
+        state = Lake(str(lake)).state()
+        assert state.runs["ingest"].at == "2026-11-21T01:00:00+00:00"  # --now is the interval's end
+        assert state.runs["ingest"].metrics["rows_out"] > 0
+        assert state.dispatched_offset == state.next_offset
+
+        versions = {name: Lake(str(lake)).version(name) for name in TABLES}
+        seq = Lake(str(lake)).ledger().seq
+        failed = run_hour(dag, HOURS[1], tmp_path / "not-landed-yet")
+        assert failed == {"ingest": "failed", "reput": "upstream_failed", "compact": "upstream_failed"} | {
+            "quality": "upstream_failed"
+        }
+        after = Lake(str(lake))
+        assert {name: after.version(name) for name in TABLES} == versions and after.ledger().seq == seq
+        assert after.pending_tables() == []
+
+        second = run_hour(dag, HOURS[1], landing)  # the hour has landed: re-run it
+        assert set(second.values()) == {"success"}
+        assert Lake(str(lake)).state().runs["quality"].metrics["critical_failures"] == 0  # passed, on both hours
+
+        # the runs a backfill of these hours creates are these intervals, in this order
+        window = ["--from-date", HOURS[0].isoformat(), "--to-date", HOURS[-1].isoformat()]
+        reprocess = ["--reprocess-behavior", "completed"]  # list them although runs of those intervals exist
+        planned = subprocess.run(
+            [str(BIN / "airflow"), "backfill", "create", "--dag-id", "ingest_hourly", "--dry-run", *window, *reprocess],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert planned.returncode == 0, planned.stderr[-2000:]
+        logical_dates = re.findall(
+            r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)\+00:00", planned.stdout.split("Runs to be")[-1]
+        )
+        assert [datetime.fromisoformat(d).replace(tzinfo=UTC) for d in logical_dates] == HOURS
+
+        runs = local.result(timeout=1200)
+    assert runs["first"] == (0, first)
+    assert runs["failed"] == (1, failed)
+    assert runs["versions_after"] == runs["versions_before"]
+    assert runs["second"] == (0, second)
     manifest = json.loads((landing.parent / "MANIFEST.json").read_text())
-    topics = Lake(str(one_by_one)).state().commitlog.topics
+    topics = Lake(str(local_lake)).state().commitlog.topics
     assert sum(t.messages for t in topics.values()) == manifest["messages"]
     for table in COMPARED:
-        assert lake_rows(lake, table) == lake_rows(one_by_one, table), f"{table} differs"
+        assert lake_rows(lake, table) == lake_rows(local_lake, table), f"{table} differs"

@@ -1,11 +1,19 @@
 """The lake the interop tests share: built once per session from tests/interop/data.py, dispatched and exported.
 
 Tests must not change it; one that needs to expire or compact works on a copy (:func:`copy_lake`).
+
+The harness runs that take nothing from the session (a broker fed transactional or scheduled sends, a store
+written by ``putMessage``) start in the background when the first interop test starts: their JVMs mostly wait
+(for deliveries to fall due, ends to be applied, clean shutdowns), so they run beside each other and beside the
+Spark work of the tests before them instead of one after the other. A test module takes its run's result from
+:func:`harness_runs`; a failed run fails that module's tests as it did when the module started it.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +24,7 @@ from rmqlake.steps.ingest import ingest
 from rmqlake.steps.reput import reput
 from rmqlake.steps.store import export_store
 from tests.conftest import make_settings
-from tests.interop import data
+from tests.interop import data, schedule, store_checks, transaction
 from tests.interop.harness import classpath
 
 
@@ -80,3 +88,24 @@ def interop_lake(spark, tmp_path_factory) -> InteropLake:
         ingest=ingested,
         export=exported,
     )
+
+
+# the harness runs started in the background, by the test module that reads each
+BACKGROUND_RUNS: dict[str, tuple[str, Callable[[Path], object]]] = {
+    "schedule": ("test_schedule_from_rocketmq", schedule.run_broker),
+    "transaction": ("test_transaction_from_rocketmq", transaction.run_broker),
+    "store-write": ("test_store_from_rocketmq", store_checks.write_with_rocketmq),
+}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def harness_runs(request, tmp_path_factory) -> dict[str, Future]:
+    """The :data:`BACKGROUND_RUNS` of the selected test modules, started when the first interop test starts."""
+    selected = {item.module.__name__.rpartition(".")[2] for item in request.session.items}
+    wanted = {name: run for name, (module, run) in BACKGROUND_RUNS.items() if module in selected}
+    if not wanted:
+        yield {}
+        return
+    pool = ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="harness")
+    yield {name: pool.submit(run, tmp_path_factory.mktemp(name)) for name, run in wanted.items()}
+    pool.shutdown(wait=True, cancel_futures=True)

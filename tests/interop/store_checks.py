@@ -176,3 +176,21 @@ def assert_store_answers_equal_the_lake(answer: dict, settings, asked: dict) -> 
         (row,) = ours["rows"]
         assert looked == message_fields(rows[row["physical_offset"]], raw=False) and looked["msgId"] == msg_id
     assert answer["timeQueries"] == asked["time_answers"]
+
+
+def write_with_rocketmq(root: Path) -> dict:
+    """The messages of :func:`data.messages` put into an empty store in ``root`` by RocketMQ's
+    ``DefaultMessageStore.putMessage`` (StoreHarness ``write``), shut down cleanly: the store and what the
+    harness printed."""
+    messages = data.messages()
+    request = {
+        "storeDir": str(root / "broker"),
+        "segmentSize": data.SEGMENT,
+        "cqUnitsPerFile": data.UNITS,
+        "indexSlots": data.SLOTS,
+        "indexMaxEntries": data.ENTRIES,
+        "messages": [m.put_spec() for m in messages],
+    }
+    (root / "write.json").write_text(json.dumps(request))
+    answer = run_java("StoreHarness", "write", str(root / "write.json"))
+    return {"root": root, "store": root / "broker", "messages": messages, "answer": answer}

@@ -14,7 +14,6 @@ and shuts the store down cleanly. Then:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import struct
@@ -28,7 +27,7 @@ from rmqlake.steps.reput import reput
 from rmqlake.steps.store import export_store, import_store
 from tests.interop import data
 from tests.interop.conftest import lake_settings
-from tests.interop.harness import message_fields, run_java
+from tests.interop.harness import message_fields
 from tests.interop.store_checks import (
     assert_store_answers_equal_the_lake,
     commitlog_rows,
@@ -42,23 +41,12 @@ HEADER, UNIT, ENTRY = 40, 20, 20
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory):
+def written(harness_runs):
     """The broker's store after putMessage of every message and a clean shutdown, and what it printed."""
-    root = tmp_path_factory.mktemp("from-rocketmq")
-    messages = data.messages()
-    request = {
-        "storeDir": str(root / "broker"),
-        "segmentSize": data.SEGMENT,
-        "cqUnitsPerFile": data.UNITS,
-        "indexSlots": data.SLOTS,
-        "indexMaxEntries": data.ENTRIES,
-        "messages": [m.put_spec() for m in messages],
-    }
-    (root / "write.json").write_text(json.dumps(request))
-    answer = run_java("StoreHarness", "write", str(root / "write.json"))
-    assert len(answer["stored"]) == len(messages)
-    assert not (root / "broker" / "abort").exists()  # a clean shutdown
-    return {"root": root, "store": root / "broker", "messages": messages, "answer": answer}
+    written = harness_runs["store-write"].result(timeout=600)
+    assert len(written["answer"]["stored"]) == len(written["messages"])
+    assert not (written["store"] / "abort").exists()  # a clean shutdown
+    return written
 
 
 def broker_consume_queues(store: Path) -> list[dict]:

@@ -55,8 +55,8 @@ STATES = {"COMMIT": "COMMIT_MESSAGE", "ROLLBACK": "ROLLBACK_MESSAGE", "UNKNOWN":
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory) -> transaction.BrokerRun:
-    run = transaction.run_broker(tmp_path_factory.mktemp("transaction"))
+def broker(harness_runs) -> transaction.BrokerRun:
+    run = harness_runs["transaction"].result(timeout=600)
     assert run.answer["settled"], run.answer  # every end applied within the harness's time
     return run
 
