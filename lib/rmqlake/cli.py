@@ -812,6 +812,7 @@ def cmd_status(args, settings) -> int:
                 *({"kind": "topic", **t} for t in report["topics"]),
                 *({"kind": "run", **r} for r in report["runs"]),
                 *({"kind": "pending", **p} for p in report["pending"]),
+                *({"kind": "transaction", **t} for t in report["transactions"]),
             ],
         )
     else:
@@ -823,6 +824,9 @@ def cmd_status(args, settings) -> int:
         if report["pending"]:
             sys.stdout.write("\npending deliveries (delay levels and timers not yet due):\n")
             _emit(args, report["pending"])
+        if report["transactions"]:
+            sys.stdout.write("\nopen transactions (half messages with no commit or rollback yet):\n")
+            _emit(args, report["transactions"])
         for run in report["runs"]:
             details = ", ".join(f"{k}={v}" for k, v in run.items() if k != "job")
             sys.stdout.write(f"\nlast {run['job']}: {details}")
