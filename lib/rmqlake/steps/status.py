@@ -102,7 +102,7 @@ _OPEN_TRANSACTIONS = f"""
     WITH halves AS (
         SELECT queue_id, queue_offset, store_timestamp, uniq_key, physical_offset,
                properties['{REAL_TOPIC}'] AS real_topic
-        FROM commitlog WHERE topic = '{HALF_TOPIC}'
+        FROM commitlog WHERE topic = '{HALF_TOPIC}' AND physical_offset < $below
     ),
     entries AS (
         SELECT queue_id, unnest(string_split(try(decode(body)), '{OFFSET_SEPARATOR}')) AS entry
@@ -121,7 +121,7 @@ _OPEN_TRANSACTIONS = f"""
 """
 
 
-def open_transactions(lake: Lake) -> list[dict]:
+def open_transactions(lake: Lake, *, below: int = 2**63 - 1) -> list[dict]:
     """The open transactions, one row per real topic: ``topic`` (the halves' ``REAL_TOPIC``; empty when a
     half names none), ``open`` (how many), ``oldest_store_time`` (ISO-8601 UTC) and
     ``oldest_store_timestamp`` (epoch ms) and ``oldest_uniq_key`` of the oldest, ``first_physical_offset``.
@@ -129,7 +129,8 @@ def open_transactions(lake: Lake) -> list[dict]:
     A half message (a record on the half topic) is open while no op entry names its queue offset: a
     commit and a rollback both write one. DuckDB aggregates the records of the two topics where they
     lie (column choices and the topic filter pushed down to the Parquet files); only the aggregate rows
-    come back. Halves in expired segments are gone, as on a broker: they are not listed.
+    come back. Halves in expired segments are gone, as on a broker: they are not listed. ``below``: only
+    the halves stored below that physical offset (what an expiry up to it deletes).
     """
     import duckdb
 
@@ -138,7 +139,7 @@ def open_transactions(lake: Lake) -> list[dict]:
     connection = duckdb.connect()
     try:
         connection.register("commitlog", lake.engine.dataset("commitlog"))
-        cursor = connection.execute(_OPEN_TRANSACTIONS)
+        cursor = connection.execute(_OPEN_TRANSACTIONS, {"below": below})
         names = [column[0] for column in cursor.description]
         rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
     finally:
@@ -170,7 +171,13 @@ def pending_deliveries(schedule: ScheduleState) -> list[dict]:
 
 RUN_SUMMARY_KEYS = {
     "ingest": ("rows_in", "rows_out", "rejected", "commitlog_bytes", "seconds"),
-    "expire": ("segments_deleted", "cq_files_deleted", "index_files_deleted", "unconsumed_messages_deleted"),
+    "expire": (
+        "segments_deleted",
+        "cq_files_deleted",
+        "index_files_deleted",
+        "unconsumed_messages_deleted",
+        "open_transactions_deleted",
+    ),
     "compact": (
         "topics",
         "messages_read",
