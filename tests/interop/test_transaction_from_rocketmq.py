@@ -28,7 +28,9 @@ in either order; each end is applied after its half is stored).
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,9 @@ from rmqlake.formats.transaction import (
 from rmqlake.lake import Lake
 from rmqlake.quality import frames
 from rmqlake.quality.suites import SUITES
+from rmqlake.steps.compact import compact
+from rmqlake.steps.expire import expire
+from rmqlake.steps.ingest import ingest
 from rmqlake.steps.quality import _context, _validate, quality, suite_inputs
 from rmqlake.steps.reput import reput
 from rmqlake.steps.status import status
@@ -384,3 +389,46 @@ def test_halves_gone_with_expired_segments_are_not_problems(spark, broker, impor
     # the same records without a deletion to explain them: the halves are missing
     missing = _problems(frames.transaction_frame(left, min_physical_offset=0))
     assert missing["commit_problem"] and missing["op_entry_problem"]
+
+
+@pytest.mark.spark
+def test_compaction_keeps_commits_only_and_expiry_deletes_open_halves_with_their_segment(spark, broker, imported):
+    """On a copy of the lake: TxOrders made a COMPACTION topic, and plain messages after the broker's records
+    seal its segment, which expiry then deletes with the open halves in it (as a broker deletes them)."""
+    root = imported["root"] / "expired"
+    shutil.copytree(imported["settings"].lake.root, root / "lake")
+    orders = f"topics.{transaction.ORDERS}"
+    settings = lake_settings(
+        root / "lake",
+        f"{orders}.queues={transaction.TOPICS[transaction.ORDERS]}",
+        f"{orders}.cleanup_policy=COMPACTION",
+    )
+    last = max(r["store_timestamp"] for r in broker.records)
+    lines = [
+        {"topic": "TxFiller", "queueId": 0, "body": "x" * 400, "bornTimestamp": last, "storeTimestamp": last + i}
+        for i in range(150)
+    ]
+    (root / "in").mkdir()
+    (root / "in" / "filler.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert ingest(spark, settings, input_path=str(root / "in"))["rejected"] == 0
+    reput(spark, settings)
+
+    compacted = compact(spark, settings)
+    kept = Lake.from_settings(settings, read_only=True).read_arrow("compaction_log").to_pylist()
+    keyed = {r["msgId"] for s, r in _sends(broker, "COMMIT") if s["topic"] == transaction.ORDERS and s.get("keys")}
+    assert compacted["messages_kept"] == len(kept) == len(keyed) > 0  # each commit's keys are its own
+    assert {(m["topic"], m["sys_flag"] & 0xC, m["uniq_key"]) for m in kept} == {
+        (transaction.ORDERS, TRANSACTION_COMMIT_TYPE, key) for key in keyed
+    }  # the halves stay on the half topic, never compacted
+
+    before = status(settings)["store"]["open_transactions"]
+    expired = expire(spark, settings, now=datetime(2100, 1, 1, 4, tzinfo=UTC))
+    assert expired["segments_deleted"] == 1 and expired["min_physical_offset"] == data.SEGMENT
+    assert expired["open_transactions_deleted"] == before == len(_sends(broker, "UNKNOWN"))
+    after = status(settings)
+    assert after["transactions"] == [] and after["store"]["open_transactions"] == 0
+    checked = quality(spark, settings, suites=["transactions"])
+    assert {s["suite"]: s["failed"] for s in checked["suites"]} == {
+        "transactions.critical": 0,
+        "transactions.warning": 0,
+    }
