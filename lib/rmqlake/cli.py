@@ -406,8 +406,9 @@ EXPLAINED: dict[str, tuple[str, list[str]]] = {
     ),
     "status": (
         "The store's state: commitlog and dispatch offsets, checkpoints, segments, queues, topics, disk\n"
-        "use and the disk-full flag, compaction positions, the last run of every job, and the delay-level\n"
-        "and timer deliveries not yet due (count and next due time per level and real topic).",
+        "use and the disk-full flag, compaction positions, the last run of every job, the delay-level\n"
+        "and timer deliveries not yet due (count and next due time per level and real topic), and the open\n"
+        "transactions: half messages no commit or rollback ended yet (count and oldest per real topic).",
         ["rmqlake status", "rmqlake status --json"],
     ),
     "sql": (
