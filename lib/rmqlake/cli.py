@@ -416,8 +416,9 @@ EXPLAINED: dict[str, tuple[str, list[str]]] = {
     ),
     "status": (
         "The store's state: commitlog and dispatch offsets, checkpoints, segments, queues, topics, disk\n"
-        "use and the disk-full flag, compaction positions, the last run of every job, and the delay-level\n"
-        "and timer deliveries not yet due (count and next due time per level and real topic).",
+        "use and the disk-full flag, compaction positions, the last run of every job, the delay-level\n"
+        "and timer deliveries not yet due (count and next due time per level and real topic), and the open\n"
+        "transactions: half messages no commit or rollback ended yet (count and oldest per real topic).",
         ["rmqlake status", "rmqlake status --json"],
     ),
     "sql": (
@@ -823,6 +824,7 @@ def cmd_status(args, settings) -> int:
                 *({"kind": "topic", **t} for t in report["topics"]),
                 *({"kind": "run", **r} for r in report["runs"]),
                 *({"kind": "pending", **p} for p in report["pending"]),
+                *({"kind": "transaction", **t} for t in report["transactions"]),
             ],
         )
     else:
@@ -834,6 +836,9 @@ def cmd_status(args, settings) -> int:
         if report["pending"]:
             sys.stdout.write("\npending deliveries (delay levels and timers not yet due):\n")
             _emit(args, report["pending"])
+        if report["transactions"]:
+            sys.stdout.write("\nopen transactions (half messages with no commit or rollback yet):\n")
+            _emit(args, report["transactions"])
         for run in report["runs"]:
             details = ", ".join(f"{k}={v}" for k, v in run.items() if k != "job")
             sys.stdout.write(f"\nlast {run['job']}: {details}")

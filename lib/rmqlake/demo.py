@@ -106,11 +106,15 @@ def main(argv: list[str] | None = None) -> int:
         commitlog = read_table(spark, Lake.from_settings(settings), "commitlog")
         followed = _a_committed_transaction(commitlog, batches=batches)
         print(f"\n{followed['text'] if followed else 'no committed transaction in the lake'}")
+        from rmqlake.steps.status import status
+
+        still_open = [
+            {key: row[key] for key in ("topic", "open", "oldest_store_time", "oldest_uniq_key")}
+            for row in status(settings)["transactions"]
+        ]
         print(
-            f"\nopen transactions after the last batch, halves no op record names (the generator left {sent['open']} "
-            "open; rmqlake status lists them):"
+            f"\nopen transactions after the last batch, from rmqlake status (the generator left {sent['open']} open):"
         )
-        still_open = _open_transactions(commitlog)
         print(textwrap.indent(render_table(still_open), "  ") if still_open else "  none")
 
     from rmqlake.steps.expire import expire
@@ -348,30 +352,6 @@ def _a_committed_transaction(commitlog, *, batches: dict[str, str]) -> dict | No
         "uniq_key": found["uniq_key"],
         "topic": found["topic"],
     }
-
-
-def _open_transactions(commitlog) -> list[dict]:
-    """Per real topic, the halves of the commitlog (a DataFrame) no op record names: count and oldest store time."""
-    from pyspark.sql import functions as F
-
-    from rmqlake.formats.transaction import HALF_QUEUE_ID, HALF_TOPIC, OP_TOPIC, REAL_TOPIC
-    from rmqlake.timeutil import iso
-
-    ended = (
-        commitlog.where(F.col("topic") == OP_TOPIC)
-        .select(F.explode(F.split(F.col("body").cast("string"), ",")).alias("offset"))
-        .where(F.col("offset") != "")
-        .select(F.col("offset").cast("bigint").alias("queue_offset"))
-    )
-    halves = commitlog.where((F.col("topic") == HALF_TOPIC) & (F.col("queue_id") == HALF_QUEUE_ID))
-    rows = (
-        halves.join(ended, "queue_offset", "left_anti")
-        .groupBy(F.col("properties")[REAL_TOPIC].alias("topic"))
-        .agg(F.count(F.lit(1)).alias("open"), F.min("store_timestamp").alias("oldest"))
-        .orderBy("topic")
-        .collect()  # one row per topic
-    )
-    return [{"topic": r["topic"], "open": r["open"], "oldest": iso(r["oldest"])} for r in rows]
 
 
 def _a_key(lake) -> tuple[str, str]:

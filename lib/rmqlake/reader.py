@@ -206,14 +206,15 @@ class LakeReader:
 
     # -- state --------------------------------------------------------------------
     def status(self, *, as_pandas: bool = False) -> dict[str, Any]:
-        """``rmqlake status``: ``{"store": one row, "topics": ..., "queues": ..., "runs": ..., "pending": ...}``,
-        each a table (``pending``: deliveries not yet due, per level or timer and real topic)."""
+        """``rmqlake status``: ``{"store": one row, "topics": ..., "queues": ..., "runs": ..., "pending": ...,
+        "transactions": ...}``, each a table (``pending``: deliveries not yet due, per level or timer and real
+        topic; ``transactions``: open transactions per real topic)."""
         from rmqlake.steps.status import status
 
         report = status(self.settings, lake=self.lake)
         store = {k: json.dumps(v) if isinstance(v, dict) else v for k, v in report["store"].items()}
         tables = {"store": _rows_table([store])} | {
-            part: _rows_table(report[part]) for part in ("topics", "queues", "runs", "pending")
+            part: _rows_table(report[part]) for part in ("topics", "queues", "runs", "pending", "transactions")
         }
         return {part: _output(table, as_pandas=as_pandas) for part, table in tables.items()}
 

@@ -28,13 +28,21 @@ in either order; each end is applied after its half is stored).
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 
+import rmqlake
+from rmqlake.cli import main
 from rmqlake.formats.consumequeue import tags_code
+from rmqlake.formats.hosts import parse_host
+from rmqlake.formats.msgid import offset_msg_id
 from rmqlake.formats.properties import broker_properties, parse_properties, serialize_properties
-from rmqlake.formats.record import TRANSACTION_PREPARED_TYPE
+from rmqlake.formats.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE
 from rmqlake.formats.transaction import (
     HALF_TOPIC,
     OP_TOPIC,
@@ -45,7 +53,17 @@ from rmqlake.formats.transaction import (
     op_records,
 )
 from rmqlake.lake import Lake
+from rmqlake.quality import frames
+from rmqlake.quality.suites import SUITES
+from rmqlake.steps.compact import compact
+from rmqlake.steps.expire import expire
 from rmqlake.steps.ingest import ingest
+from rmqlake.steps.quality import _context, _validate, quality, suite_inputs
+from rmqlake.steps.reput import reput
+from rmqlake.steps.status import status
+from rmqlake.steps.store import export_store, import_store
+from rmqlake.timeutil import iso
+from tests.conftest import CONF
 from tests.interop import data, transaction
 from tests.interop.conftest import lake_settings
 
@@ -286,3 +304,240 @@ def test_the_sends_and_ends_as_producer_logs_give_the_brokers_records(spark, bro
     named = sorted(o for op in our_ops for o in op_offsets(op["body"]))
     assert named == sorted(o for op in their_ops for o in op_offsets(op["body"]))
     assert len(our_ops) == ended["COMMIT"] + ended["ROLLBACK"]  # one op record per end
+
+
+# -- the broker's store imported into a lake: everything downstream of ingest, on real halves, commits, op records
+
+
+@pytest.fixture(scope="module")
+def imported(spark, broker, tmp_path_factory) -> dict:
+    """The broker's store imported (import-store), dispatched (reput) and exported again (export-store)."""
+    root = tmp_path_factory.mktemp("transaction-lake")
+    settings = lake_settings(root / "lake")
+    result = import_store(spark, settings, store_dir=str(broker.store))
+    assert result["corrupt_records"] == 0 and result["messages"] == len(broker.records), result
+    reput(spark, settings)
+    exported = export_store(spark, settings, out=str(root / "export"))
+    return {"root": root, "settings": settings, "export": Path(exported["out"])}
+
+
+def _sends(broker: transaction.BrokerRun, end: str) -> list[tuple[dict, dict]]:
+    return [(s, r) for s, r in zip(broker.sends, broker.answer["sends"], strict=True) if s["end"] == end]
+
+
+@pytest.mark.spark
+def test_export_store_gives_the_brokers_commitlog_and_consume_queues_back_byte_for_byte(broker, imported):
+    store, out = broker.store, imported["export"]
+
+    def listing(base: Path, part: str) -> list[str]:
+        return sorted(str(p.relative_to(base / part)) for p in (base / part).rglob("*") if p.is_file())
+
+    for part in ("commitlog", "consumequeue"):
+        names = listing(store, part)
+        assert listing(out, part) == names, part
+        for name in names:
+            assert (out / part / name).read_bytes() == (store / part / name).read_bytes(), f"{part}/{name}"
+    assert {f"{t}/0/00000000000000000000" for t in (HALF_TOPIC, OP_TOPIC)} <= set(listing(out, "consumequeue"))
+    # the index file's bytes are the broker's; its name is the broker's wall clock when it created it
+    (mine,), (theirs,) = listing(out, "index"), listing(store, "index")
+    assert (out / "index" / mine).read_bytes() == (store / "index" / theirs).read_bytes()
+
+
+@pytest.mark.spark
+def test_reput_dispatches_the_half_and_op_topics_like_any_topic(broker, imported):
+    lake = Lake.from_settings(imported["settings"], read_only=True)
+    units = lake.read_arrow("consumequeue", columns=["topic", "queue_id", "queue_offset", "commitlog_offset"])
+    by_topic = Counter(units.column("topic").to_pylist())
+    ops = [r for r in broker.records if r["topic"] == OP_TOPIC]
+    assert by_topic[HALF_TOPIC] == len(broker.sends) and by_topic[OP_TOPIC] == len(ops)
+    assert by_topic[transaction.ORDERS] + by_topic[transaction.PAYMENTS] == len(_sends(broker, "COMMIT"))
+    theirs = sorted((u["topic"], u["queue_id"], u["queue_offset"], u["commitlog_offset"]) for u in broker.units)
+    assert sorted(tuple(u.values()) for u in units.to_pylist()) == theirs
+
+
+@pytest.mark.spark
+def test_query_shows_the_half_by_its_offset_msg_id_and_the_committed_message_by_key(broker, imported):
+    with rmqlake.open(settings=imported["settings"]) as reader:
+        for send, result in _sends(broker, "COMMIT"):
+            stored_half = half_of(broker, result)
+            msg_id = offset_msg_id(parse_host(stored_half["store_host"]), stored_half["physical_offset"])
+            (shown,) = reader.query_msgid(msg_id).to_pylist()
+            assert (shown["topic"], shown["physical_offset"]) == (HALF_TOPIC, stored_half["physical_offset"])
+            if not send.get("keys"):
+                continue
+            found = reader.query_key(send["topic"], send["keys"].split()[0]).to_pylist()
+            # the commit re-put only ("Aa BB": two keys of one hash, so the lookup meets its entry twice)
+            assert {(m["topic"], m["uniq_key"], m["sys_flag"] & 0xC) for m in found} == {
+                (send["topic"], result["msgId"], TRANSACTION_COMMIT_TYPE)
+            }, send
+        for send, _ in _sends(broker, "ROLLBACK") + _sends(broker, "UNKNOWN"):
+            if send.get("keys"):  # the half is on the half topic only: nothing on the real topic
+                assert reader.query_key(send["topic"], send["keys"].split()[0]).num_rows == 0, send
+
+
+@pytest.mark.spark
+def test_status_lists_the_open_transactions_per_real_topic_with_the_oldest(broker, imported, capsys):
+    open_halves = [half_of(broker, result) for _, result in _sends(broker, "UNKNOWN")]
+    oldest = min(open_halves, key=lambda h: h["store_timestamp"])
+    expected = sorted(
+        (topic, sum(1 for h in open_halves if h["properties"]["REAL_TOPIC"] == topic))
+        for topic in {h["properties"]["REAL_TOPIC"] for h in open_halves}
+    )
+    assert len(expected) == 2  # one open on each topic
+    report = status(imported["settings"])
+    assert [(t["topic"], t["open"]) for t in report["transactions"]] == expected
+    for row in report["transactions"]:
+        first = min((h for h in open_halves if h["properties"]["REAL_TOPIC"] == row["topic"]),
+                    key=lambda h: h["store_timestamp"])  # fmt: skip
+        assert (row["oldest_uniq_key"], row["oldest_store_timestamp"]) == (
+            first["properties"]["UNIQ_KEY"],
+            first["store_timestamp"],
+        )
+        assert row["oldest_store_time"] == iso(first["store_timestamp"])
+    store = report["store"]
+    assert store["open_transactions"] == len(open_halves)
+    assert (store["oldest_open_transaction"], store["oldest_open_transaction_uniq_key"]) == (
+        iso(oldest["store_timestamp"]), oldest["properties"]["UNIQ_KEY"]
+    )  # fmt: skip
+    with rmqlake.open(settings=imported["settings"]) as reader:
+        assert reader.status()["transactions"].to_pylist() == report["transactions"]
+    lake = str(imported["settings"].lake.root)
+    assert main(["status", "--json", "--conf", str(CONF), "--env", "test", "--lake", lake]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line for line in lines if line["kind"] == "transaction"] == [
+        {"kind": "transaction", **row} for row in report["transactions"]
+    ]
+
+
+def _problems(frame) -> dict[str, list[str]]:
+    """The problem columns' values (one small row per commit or named half, never a message row)."""
+    names = ("commit_problem", "op_entry_problem", "repeated_end_problem")
+    return {n: sorted(r[0] for r in frame.where(F.col(n).isNotNull()).select(n).collect()) for n in names}
+
+
+@pytest.mark.spark
+def test_the_transaction_suites_pass_on_the_brokers_store(spark, imported):
+    checked = quality(spark, imported["settings"], suites=["transactions"])
+    assert {s["suite"]: (s["failed"], s["rows"]) for s in checked["suites"]} == {
+        "transactions.critical": (0, 7 + 10),  # a row per commit re-put and per half an op entry names
+        "transactions.warning": (0, 7 + 10),
+    }
+
+
+@pytest.mark.spark
+def test_the_transaction_suites_name_a_commit_without_its_half_a_stray_op_entry_and_a_second_end(
+    spark, broker, imported, tmp_path
+):
+    lake = Lake.from_settings(imported["settings"], read_only=True)
+    tables = suite_inputs(spark, lake, lake.state(), ["commitlog"])
+    commitlog = tables["commitlog"]
+    send, result = _sends(broker, "COMMIT")[1]
+    dropped = half_of(broker, result)
+    (reput_commit,) = (r for r in records_of(broker, result["msgId"]) if r["topic"] != HALF_TOPIC)
+    other_commit = next(r for r in broker.records if r["topic"] != HALF_TOPIC and r["sys_flag"] & 0xC == 8
+                        and r["physical_offset"] != reput_commit["physical_offset"])  # fmt: skip
+    op = F.col("topic") == OP_TOPIC
+    is_other = F.col("physical_offset") == other_commit["physical_offset"]
+    broken = (
+        commitlog.where(F.col("physical_offset") != dropped["physical_offset"])  # a committed half gone
+        .withColumn("body", F.when(op, F.concat("body", F.lit(b"99,0,"))).otherwise(F.col("body")))
+        # a store-level COMMIT (no TRAN_MSG) pointing nowhere: not a re-put, not checked
+        .withColumn("properties", F.when(is_other, F.map_filter("properties", lambda k, v: k != "TRAN_MSG"))
+                    .otherwise(F.col("properties")))
+        .withColumn("prepared_transaction_offset", F.when(is_other, F.lit(123456789)).otherwise(
+                    F.col("prepared_transaction_offset")))
+    )  # fmt: skip
+    (op_record,) = (r["physical_offset"] for r in broker.records if r["topic"] == OP_TOPIC)
+    commit_text = (
+        f"commit {send['topic']} queue {result['queueId']} offset {reput_commit['queue_offset']} at physical offset "
+        f"{reput_commit['physical_offset']} (uniq key {result['msgId']})"
+    )
+    named = f"named by the op record(s) at physical offset {op_record}"
+    assert _problems(frames.transaction_frame(broken, min_physical_offset=0)) == {
+        "commit_problem": [
+            f"{commit_text}: prepared_transaction_offset {dropped['physical_offset']} is not a record on {HALF_TOPIC}"
+        ],
+        "op_entry_problem": sorted(
+            f"half queue 0 offset {offset}, {named}: no record on {HALF_TOPIC} has that queue offset"
+            for offset in (dropped["queue_offset"], 99)
+        ),
+        "repeated_end_problem": [f"half queue 0 offset 0, {named}: ended 2 times"],
+    }
+    # through Great Expectations: the critical suite fails, its unexpected values name the records
+    suite = SUITES["transactions.critical"]
+    checked = _validate(
+        _context(tmp_path / "gx"),
+        suite,
+        suite.expectations(imported["settings"]),
+        suite.frame({**tables, "commitlog": broken}, imported["settings"]),
+        imported["settings"],
+    )
+    failed = {r.expectation_config.kwargs["column"]: r.result["partial_unexpected_list"]
+              for r in checked.results if not r.success}  # fmt: skip
+    assert set(failed) == {"commit_problem", "op_entry_problem"}
+    assert any(commit_text in text for text in failed["commit_problem"])
+
+
+@pytest.mark.spark
+def test_halves_gone_with_expired_segments_are_not_problems(spark, broker, imported):
+    """As after expiry: everything below a committed half deleted, op entries and commits naming older halves stay."""
+    lake = Lake.from_settings(imported["settings"], read_only=True)
+    commitlog = suite_inputs(spark, lake, lake.state(), ["commitlog"])["commitlog"]
+    last_commit = next(r for r in reversed(broker.records) if r["prepared_transaction_offset"] > 0)
+    # the first record after the last commit's half: that half is deleted, the commit is not
+    cut = min(
+        r["physical_offset"]
+        for r in broker.records
+        if r["physical_offset"] > last_commit["prepared_transaction_offset"]
+    )
+    assert cut <= last_commit["physical_offset"]
+    left = commitlog.where(F.col("physical_offset") >= cut)
+    assert _problems(frames.transaction_frame(left, min_physical_offset=cut)) == {
+        "commit_problem": [], "op_entry_problem": [], "repeated_end_problem": []
+    }  # fmt: skip
+    # the same records without a deletion to explain them: the halves are missing
+    missing = _problems(frames.transaction_frame(left, min_physical_offset=0))
+    assert missing["commit_problem"] and missing["op_entry_problem"]
+
+
+@pytest.mark.spark
+def test_compaction_keeps_commits_only_and_expiry_deletes_open_halves_with_their_segment(spark, broker, imported):
+    """On a copy of the lake: TxOrders made a COMPACTION topic, and plain messages after the broker's records
+    seal its segment, which expiry then deletes with the open halves in it (as a broker deletes them)."""
+    root = imported["root"] / "expired"
+    shutil.copytree(imported["settings"].lake.root, root / "lake")
+    orders = f"topics.{transaction.ORDERS}"
+    settings = lake_settings(
+        root / "lake",
+        f"{orders}.queues={transaction.TOPICS[transaction.ORDERS]}",
+        f"{orders}.cleanup_policy=COMPACTION",
+    )
+    last = max(r["store_timestamp"] for r in broker.records)
+    lines = [
+        {"topic": "TxFiller", "queueId": 0, "body": "x" * 400, "bornTimestamp": last, "storeTimestamp": last + i}
+        for i in range(150)
+    ]
+    (root / "in").mkdir()
+    (root / "in" / "filler.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert ingest(spark, settings, input_path=str(root / "in"))["rejected"] == 0
+    reput(spark, settings)
+
+    compacted = compact(spark, settings)
+    kept = Lake.from_settings(settings, read_only=True).read_arrow("compaction_log").to_pylist()
+    keyed = {r["msgId"] for s, r in _sends(broker, "COMMIT") if s["topic"] == transaction.ORDERS and s.get("keys")}
+    assert compacted["messages_kept"] == len(kept) == len(keyed) > 0  # each commit's keys are its own
+    assert {(m["topic"], m["sys_flag"] & 0xC, m["uniq_key"]) for m in kept} == {
+        (transaction.ORDERS, TRANSACTION_COMMIT_TYPE, key) for key in keyed
+    }  # the halves stay on the half topic, never compacted
+
+    before = status(settings)["store"]["open_transactions"]
+    expired = expire(spark, settings, now=datetime(2100, 1, 1, 4, tzinfo=UTC))
+    assert expired["segments_deleted"] == 1 and expired["min_physical_offset"] == data.SEGMENT
+    assert expired["open_transactions_deleted"] == before == len(_sends(broker, "UNKNOWN"))
+    after = status(settings)
+    assert after["transactions"] == [] and after["store"]["open_transactions"] == 0
+    checked = quality(spark, settings, suites=["transactions"])
+    assert {s["suite"]: s["failed"] for s in checked["suites"]} == {
+        "transactions.critical": 0,
+        "transactions.warning": 0,
+    }

@@ -27,11 +27,14 @@ from rmqlake.formats.msgid import offset_msg_id
 from rmqlake.formats.record import (
     BORNHOST_V6_FLAG,
     STOREHOST_V6_FLAG,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_TYPE_MASK,
     consumes_queue_offset,
     record_size,
 )
 from rmqlake.formats.retention import DISK_PRESSURE, EXPIRED, FORCED, HOUR_MS, MANUAL
 from rmqlake.formats.schedule import REAL_QID, REAL_TOPIC, TIMER_TOPIC, ScheduleRules, due_ms, java_long
+from rmqlake.formats.transaction import HALF_TOPIC, OFFSET_SEPARATOR, OP_TOPIC, TRAN_MSG
 from rmqlake.lake.spark_io import derived_column
 from rmqlake.lake.state import ScheduleState
 from rmqlake.lake.tables import COMMITLOG, Schema, columns
@@ -402,7 +405,10 @@ def producer_frame(commitlog: DataFrame) -> DataFrame:
         "queue_id",
         "physical_offset",
         "uniq_key",
-        F.when(dispatchable(), F.concat_ws("/", "topic", "uniq_key")).alias("resend_key"),
+        # a record without UNIQ_KEY (a transaction's op record, written by the broker itself) resends nothing
+        F.when(dispatchable() & F.col("uniq_key").isNotNull(), F.concat_ws("/", "topic", "uniq_key")).alias(
+            "resend_key"
+        ),
         (F.col("born_timestamp") <= F.col("store_timestamp")).alias("born_before_store"),
     )
 
@@ -632,3 +638,137 @@ def schedule_frame(commitlog: DataFrame, *, schedule: ScheduleState | None, rule
         ).alias("pending_problem"),
     )
     return deliveries.unionByName(pendings)
+
+
+TRANSACTION_PROBLEMS = columns(
+    ("record", "string", "the commit re-put, or the half queue offset and the op records naming it"),
+    ("commit_problem", "string", "what is wrong with a commit re-put's link to its half (null: right)"),
+    ("op_entry_problem", "string", "an op entry naming a half that is not on the half topic (null: it is)"),
+    ("repeated_end_problem", "string", "a half named by more than one op entry (null: ended at most once)"),
+)
+
+
+def commit_reputs(commitlog: DataFrame) -> DataFrame:
+    """The records a broker re-puts when a producer commits a half message.
+
+    A re-put has the COMMIT transaction type and keeps every property of its half, ``TRAN_MSG``
+    (true, as ``Boolean.parseBoolean`` reads it) and ``REAL_TOPIC`` included. A store-level COMMIT
+    (a ``transaction`` line of the old protocol) carries neither: it has no half and is not one.
+    """
+    return commitlog.filter(
+        (F.col("sys_flag").bitwiseAND(TRANSACTION_TYPE_MASK) == TRANSACTION_COMMIT_TYPE)
+        & (F.lower(F.col("properties")[TRAN_MSG]) == "true")
+        & F.col("properties")[REAL_TOPIC].isNotNull()
+    )
+
+
+def op_entries(commitlog: DataFrame) -> DataFrame:
+    """One row per entry of the op records' bodies: ``queue_id`` (the op record's: its half's queue),
+    ``half_queue_offset``, ``op_offset`` (the op record's physical offset) and ``position`` in its body.
+    Parts that are not integers are skipped, as the broker's check service skips them."""
+    parts = commitlog.filter(F.col("topic") == OP_TOPIC).select(
+        "queue_id",
+        F.col("physical_offset").alias("op_offset"),
+        F.posexplode(F.split(F.decode("body", "UTF-8"), OFFSET_SEPARATOR)).alias("position", "part"),
+    )
+    return parts.filter(F.col("part").rlike("^[+-]?[0-9]+$")).select(
+        "queue_id", F.col("part").cast("bigint").alias("half_queue_offset"), "op_offset", "position"
+    )
+
+
+def transaction_frame(commitlog: DataFrame, *, min_physical_offset: int) -> DataFrame:
+    """Each commit re-put against its half, and each half queue offset the op records name.
+
+    One row per commit re-put (:func:`commit_reputs`): ``commit_problem`` when its
+    ``prepared_transaction_offset`` is not the physical offset of a record on the half topic with the
+    same UNIQ_KEY. One row per (half queue, queue offset) that op entries name: ``op_entry_problem``
+    when no record on the half topic has it; ``repeated_end_problem`` when more than one entry names it.
+
+    Halves removed by expiry are not problems: a commit whose ``prepared_transaction_offset`` is below
+    ``min_physical_offset``, and an op entry naming a queue offset below the half queue's first live
+    one once segments were deleted, point where a broker's would too after it deleted the files.
+    """
+    halves = commitlog.filter(F.col("topic") == HALF_TOPIC).select(
+        F.col("physical_offset").alias("half_offset"),
+        F.col("uniq_key").alias("half_uniq_key"),
+        "queue_id",
+        F.col("queue_offset").alias("half_queue_offset"),
+    )
+    commits = commit_reputs(commitlog).select(
+        "physical_offset", "topic", "queue_id", "queue_offset", "uniq_key", "prepared_transaction_offset"
+    )
+    linked = commits.join(
+        halves.select("half_offset", "half_uniq_key"),
+        F.col("prepared_transaction_offset") == F.col("half_offset"),
+        "left",
+    )
+    commit_record = F.format_string(
+        "commit %s queue %d offset %d at physical offset %d (uniq key %s)",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "physical_offset",
+        F.coalesce("uniq_key", F.lit("-")),
+    )
+    expired = F.col("prepared_transaction_offset") < F.lit(min_physical_offset)
+    commit_rows = linked.select(
+        commit_record.alias("record"),
+        F.when(
+            ~expired & F.col("half_offset").isNull(),
+            F.format_string(
+                "%s: prepared_transaction_offset %d is not a record on %s",
+                commit_record,
+                "prepared_transaction_offset",
+                F.lit(HALF_TOPIC),
+            ),
+        )
+        .when(
+            ~expired & ~F.col("half_uniq_key").eqNullSafe(F.col("uniq_key")),
+            F.format_string(
+                "%s: the half at prepared_transaction_offset %d has uniq key %s",
+                commit_record,
+                "prepared_transaction_offset",
+                F.coalesce("half_uniq_key", F.lit("-")),
+            ),
+        )
+        .alias("commit_problem"),
+        F.lit(None).cast("string").alias("op_entry_problem"),
+        F.lit(None).cast("string").alias("repeated_end_problem"),
+    )
+
+    named = (
+        op_entries(commitlog)
+        .groupBy("queue_id", "half_queue_offset")
+        .agg(
+            F.count(F.lit(1)).alias("entries"),
+            F.transform(F.sort_array(F.collect_set("op_offset")), lambda offset: offset.cast("string")).alias(
+                "op_offsets"
+            ),
+        )
+    )
+    first_live = halves.groupBy("queue_id").agg(F.min("half_queue_offset").alias("first_live"))
+    checked = named.join(
+        halves.select("queue_id", "half_queue_offset", "half_offset"), ["queue_id", "half_queue_offset"], "left"
+    ).join(first_live, "queue_id", "left")
+    gone = F.lit(min_physical_offset > 0) & (
+        F.col("first_live").isNull() | (F.col("half_queue_offset") < F.col("first_live"))
+    )
+    half_record = F.format_string(
+        "half queue %d offset %d, named by the op record(s) at physical offset %s",
+        "queue_id",
+        "half_queue_offset",
+        F.array_join("op_offsets", ", "),
+    )
+    op_rows = checked.select(
+        half_record.alias("record"),
+        F.lit(None).cast("string").alias("commit_problem"),
+        F.when(
+            F.col("half_offset").isNull() & ~gone,
+            F.format_string("%s: no record on %s has that queue offset", half_record, F.lit(HALF_TOPIC)),
+        ).alias("op_entry_problem"),
+        F.when(
+            F.col("entries") > 1,
+            F.format_string("%s: ended %d times", half_record, "entries"),
+        ).alias("repeated_end_problem"),
+    )
+    return commit_rows.unionByName(op_rows)

@@ -190,6 +190,30 @@ def _schedule_critical(settings: Settings) -> list:
     ]
 
 
+def _transactions_critical(settings: Settings) -> list:
+    return [
+        _null(
+            "commit_problem",
+            "every commit re-put (COMMIT type, TRAN_MSG=true, REAL_TOPIC) points with its prepared_transaction_offset "
+            "to a record on the half topic with the same UNIQ_KEY (unless expiry deleted it)",
+        ),
+        _null(
+            "op_entry_problem",
+            "every op record entry names the queue offset of a record on the half topic (unless expiry deleted it)",
+        ),
+    ]
+
+
+def _transactions_warning(settings: Settings) -> list:
+    return [
+        _null(
+            "repeated_end_problem",
+            "each half message is ended at most once (a broker stores a second end when a producer retries its "
+            "end or the check-back ends the half too)",
+        ),
+    ]
+
+
 def _commitlog_warning(settings: Settings) -> list:
     return [
         gxe.ExpectColumnValuesToBeUnique(
@@ -284,6 +308,12 @@ SUITES: dict[str, Suite] = {
             _schedule_critical,
         ),
         Suite(
+            "transactions.critical",
+            ("commitlog",),
+            lambda t, settings: frames.transaction_frame(t["commitlog"], min_physical_offset=t["min_physical_offset"]),
+            _transactions_critical,
+        ),
+        Suite(
             "commitlog.warning",
             ("commitlog",),
             lambda t, settings: frames.producer_frame(t["commitlog"]),
@@ -294,6 +324,12 @@ SUITES: dict[str, Suite] = {
             ("rejected", "ingest_files"),
             lambda t, settings: frames.reject_ratio_frame(t["rejected"], t["ingest_files"]),
             _rejected_warning,
+        ),
+        Suite(
+            "transactions.warning",
+            ("commitlog",),
+            lambda t, settings: frames.transaction_frame(t["commitlog"], min_physical_offset=t["min_physical_offset"]),
+            _transactions_warning,
         ),
         Suite(
             "consumer_offsets.warning",

@@ -29,6 +29,7 @@ from rmqlake.errors import CheckFailedError
 from rmqlake.formats import retention as R
 from rmqlake.formats.consumequeue import CQ_UNIT_SIZE
 from rmqlake.formats.indexfile import index_file_size
+from rmqlake.formats.transaction import HALF_TOPIC
 from rmqlake.ingest.deliveries import schedule_after
 from rmqlake.ingest.tasks import earlier_deliveries
 from rmqlake.lake import Lake
@@ -38,6 +39,7 @@ from rmqlake.lake.state import ExpireState, LakeState, QueueId
 from rmqlake.lake.tables import INDEXFILE_HEADER, SEGMENTS
 from rmqlake.progress import Stages
 from rmqlake.steps.runner import StepRun, run_step
+from rmqlake.steps.status import open_transactions
 from rmqlake.timeutil import iso
 
 log = logging.getLogger(__name__)
@@ -71,7 +73,8 @@ def expire(spark, settings: Settings, *, now: datetime, dry_run: bool = False, m
         with ``dry_run``, to delete: name, bytes, reason, messages per topic),
         ``segments_retained`` (expired segments kept, each with why; also
         recorded in their ``segments`` row), ``cq_files_deleted``, ``index_files_deleted``, ``min_physical_offset``,
-        ``data_loss`` (unconsumed messages per group and topic), ``status``;
+        ``data_loss`` (unconsumed messages per group and topic), ``open_transactions_deleted``
+        (half messages not yet committed or rolled back in the deleted segments), ``status``;
         and the stable ones (``rows_in`` and ``rows_out`` are 0: expiry
         removes whole files).
     """
@@ -194,6 +197,7 @@ def _expire(spark, settings: Settings, step: StepRun, *, dry_run: bool, manual: 
         "queues_corrected": len(corrected),
         "data_loss": loss,
         "unconsumed_messages_deleted": sum(row["messages"] for row in loss),
+        "open_transactions_deleted": _open_halves_deleted(lake, run.state, new_min) if doomed else 0,
     }
     _log_plan(metrics)
     if loss and retention.refuse_on_data_loss and not dry_run:
@@ -509,6 +513,11 @@ def _log_plan(metrics: dict) -> None:
             metrics["unconsumed_messages_deleted"],
             _loss_text(metrics["data_loss"]),
         )
+    if metrics["open_transactions_deleted"]:
+        log.warning(
+            "%d open transactions (half messages with no commit or rollback) go with these files",
+            metrics["open_transactions_deleted"],
+        )
     log.info(
         "min physical offset %d -> %d; %d CQ files and %d index files go with the segments; %d queues corrected",
         metrics["min_physical_offset_before"],
@@ -517,6 +526,14 @@ def _log_plan(metrics: dict) -> None:
         metrics["index_files_deleted"],
         metrics["queues_corrected"],
     )
+
+
+def _open_halves_deleted(lake: Lake, state: LakeState, new_min: int) -> int:
+    """Open half messages in the segments deleted (below ``new_min``): as on a broker, they are gone with
+    their files and no end can find them afterwards."""
+    if state.commitlog is None or HALF_TOPIC not in state.commitlog.topics:
+        return 0
+    return sum(row["open"] for row in open_transactions(lake, below=new_min))
 
 
 def _since(started: float) -> float:
