@@ -17,6 +17,7 @@ import pytest
 from rmqlake.formats.transaction import HALF_TOPIC, OP_TOPIC, op_offsets
 from rmqlake.lake import Lake
 from rmqlake.steps.ingest import ingest
+from rmqlake.steps.quality import quality
 from tests.spark.test_ingest import assert_matches_reference, write_jsonl
 from tests.spark.test_schedule_ingest import START, TOPICS, reference, settings_for
 
@@ -106,3 +107,9 @@ def test_transactions_are_stored_as_the_reference_broker_stores_them(spark, tmp_
     assert any("already ended" in reason for reason in rejected)
     assert any("no half message" in reason for reason in rejected)
     assert any("producer group" in reason for reason in rejected)
+    checked = quality(spark, settings, suites=["transactions", "commitlog.warning"])  # op records resend nothing
+    assert sorted((suite["suite"], suite["failed"]) for suite in checked["suites"]) == [
+        ("commitlog.warning", 0),
+        ("transactions.critical", 0),
+        ("transactions.warning", 0),
+    ]
