@@ -105,10 +105,10 @@ def ingest(
     so re-running a batch changes nothing.
 
     Returns:
-        Metrics: the stable ones (``rows_in`` lines, ``rows_out`` messages,
-        ``rejected`` lines, ``files_added`` commitlog files, ...), ``files``,
-        ``files_skipped``, ``commitlog_bytes``, ``segments_opened``,
-        ``start_offset``/``end_offset``, ...
+        Metrics: the stable ones (``rows_in`` lines, ``rows_out`` lines accepted: messages and the ends of
+        transactions, ``rejected`` lines, ``files_added`` commitlog files, ...), ``files``,
+        ``files_skipped``, ``commitlog_bytes``, ``segments_opened``, ``start_offset``/``end_offset``,
+        ``deliveries``, ``transaction_halves``/``_commits``/``_rollbacks``, ...
     """
     started = time.monotonic()
     clock_ms = epoch_ms(now) if now is not None else None  # only a time given counts towards the delivery clock
