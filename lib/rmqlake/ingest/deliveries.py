@@ -34,7 +34,7 @@ from rmqlake.formats.schedule import (
     java_long,
 )
 from rmqlake.ingest.message import MESSAGE_TYPES
-from rmqlake.ingest.scratch import NARROW_SCHEMA, SCRATCH_BATCH_ROWS, SCRATCH_COLUMNS
+from rmqlake.ingest.scratch import SCRATCH_COLUMNS, appended_narrow_rows
 from rmqlake.lake.state import PendingGroup, PendingKey, ScheduleState
 
 SCHEDULED_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC)
@@ -117,51 +117,20 @@ def narrow_rows(
 ) -> pa.RecordBatch:
     """The narrow rows (``kind`` 1) of delivery records written to ``split``'s scratch file from ``first_batch``."""
     count = deliveries.num_rows
-    row = np.arange(count, dtype=np.int32)
-    nothing64 = pa.nulls(count, pa.int64())
-    origin_timestamps = list(origin_timestamps)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(np.full(count, split, np.int32)),
-            pa.array(np.full(count, file_rank, np.int32)),
+    origin_timestamps = pa.array(list(origin_timestamps), pa.int64())
+    return appended_narrow_rows(
+        deliveries,
+        split=split,
+        file_rank=file_rank,
+        first_batch=first_batch,
+        kinds=pa.array(np.ones(count, np.int8)),
+        origin_timestamps=origin_timestamps,
+        levels=pa.array(list(levels), pa.int32()),
+        parents=None if file_rank == EARLIER_RUN_RANK else (
+            origin_timestamps, pa.array(np.full(count, file_rank, np.int32)),
             deliveries.column("source_line").combine_chunks(),
-            deliveries.column("store_timestamp").combine_chunks(),
-            deliveries.column("topic").combine_chunks(),
-            deliveries.column("queue_id").combine_chunks(),
-            deliveries.column("sys_flag").combine_chunks(),
-            deliveries.column("total_size").combine_chunks(),
-            pa.array(first_batch + row // SCRATCH_BATCH_ROWS),
-            pa.array(row % SCRATCH_BATCH_ROWS),
-            pa.array(np.ones(count, np.int8)),
-            pa.array(origin_timestamps, pa.int64()),
-            pa.nulls(count, pa.string()),
-            nothing64,
-            pa.array(list(levels), pa.int32()),
-            pa.nulls(count, pa.int32()),
-            nothing64,
-            *parent_columns(
-                count,
-                None if file_rank == EARLIER_RUN_RANK else origin_timestamps,
-                file_rank=file_rank,
-                lines=deliveries.column("source_line"),
-            ),
-        ],
-        schema=NARROW_SCHEMA,
-    )
-
-
-def parent_columns(count: int, timestamps, *, file_rank: int, lines) -> list[pa.Array]:
-    """``parent_timestamp``/``parent_rank``/``parent_line`` of rows made from messages of this run stored at
-    ``timestamps`` in file ``file_rank`` at ``lines`` (``timestamps`` ``None``: made from earlier runs' records)."""
-    if timestamps is None:
-        return [pa.nulls(count, pa.int64()), pa.nulls(count, pa.int32()), pa.nulls(count, pa.int64())]
-    if isinstance(lines, pa.ChunkedArray):
-        lines = lines.combine_chunks()
-    return [
-        pa.array(timestamps, pa.int64()),
-        pa.array(np.full(count, file_rank, np.int32)),
-        lines if isinstance(lines, pa.Array) else pa.array(lines, pa.int64()),
-    ]
+        ),
+    )  # fmt: skip
 
 
 def scratch_rows_of_commitlog(rows: pa.Table) -> pa.Table:

@@ -55,6 +55,50 @@ SCRATCH_BATCH_ROWS = 2048
 NARROW_ROW_GROUP_ROWS = 8192  # ~300 KB: the unit the ordering step reads, and the grain of its range bounds
 
 
+def appended_narrow_rows(
+    records: pa.Table,
+    *,
+    split: int,
+    file_rank: int,
+    first_batch: int,
+    kinds: pa.Array,
+    origin_timestamps: pa.Array,
+    levels: pa.Array | None = None,
+    parents: tuple[pa.Array, pa.Array, pa.Array] | None = None,
+) -> pa.RecordBatch:
+    """The narrow rows of records the run appends besides its input's messages (deliveries, the records of
+    transaction ends), written to ``split``'s scratch file from ``first_batch``.
+
+    ``kinds`` and ``origin_timestamps`` place them in the append order, ``levels`` are deliveries' delay levels,
+    ``parents`` the ``parent_*`` columns (null: none). They take no round-robin turn and have no due time.
+    """
+    count = records.num_rows
+    row = np.arange(count, dtype=np.int32)
+    if parents is None:
+        parents = (pa.nulls(count, pa.int64()), pa.nulls(count, pa.int32()), pa.nulls(count, pa.int64()))
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(np.full(count, split, np.int32)),
+            pa.array(np.full(count, file_rank, np.int32)),
+            *(
+                records.column(name).combine_chunks()
+                for name in ("source_line", "store_timestamp", "topic", "queue_id", "sys_flag", "total_size")
+            ),
+            pa.array(first_batch + row // SCRATCH_BATCH_ROWS),
+            pa.array(row % SCRATCH_BATCH_ROWS),
+            kinds,
+            origin_timestamps,
+            pa.nulls(count, pa.string()),
+            pa.nulls(count, pa.int64()),
+            levels if levels is not None else pa.nulls(count, pa.int32()),
+            pa.nulls(count, pa.int32()),
+            pa.nulls(count, pa.int64()),
+            *parents,
+        ],
+        schema=NARROW_SCHEMA,
+    )
+
+
 @dataclass(frozen=True)
 class IngestTarget:
     """Where a run's tasks write (relative to the lake root) and the values every written row shares."""

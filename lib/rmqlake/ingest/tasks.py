@@ -60,7 +60,6 @@ from rmqlake.ingest.deliveries import (
     SCHEDULED_TOPICS,
     Origins,
     delivery_records,
-    parent_columns,
     pending_rows,
     real_topics,
     scratch_rows_of_commitlog,
@@ -329,7 +328,9 @@ def _narrow_rows(parsed: pa.RecordBatch, task: SplitTask, *, first_batch: int, o
             pa.array(levels, pa.int32(), mask=~is_origin),
             pa.nulls(count, pa.int32()),
             pa.nulls(count, pa.int64()),
-            *parent_columns(count, None, file_rank=task.file_rank, lines=None),
+            pa.nulls(count, pa.int64()),  # an input message is made from nothing of the run (parent_*)
+            pa.nulls(count, pa.int32()),
+            pa.nulls(count, pa.int64()),
         ],
         schema=NARROW_SCHEMA,
     )

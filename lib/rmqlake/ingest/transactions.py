@@ -47,7 +47,7 @@ from rmqlake.formats.transaction import (
 )
 from rmqlake.ingest.deliveries import scratch_rows_of_commitlog
 from rmqlake.ingest.message import MESSAGE_TYPES
-from rmqlake.ingest.scratch import NARROW_SCHEMA, SCRATCH_BATCH_ROWS, SCRATCH_COLUMNS
+from rmqlake.ingest.scratch import SCRATCH_BATCH_ROWS, SCRATCH_COLUMNS, appended_narrow_rows
 from rmqlake.lake.tables import columns
 
 MESSAGE_ROW, OP_ROW = 0, 2  # narrow row kinds (``ingest.plan``): an op record sorts after its end's commit
@@ -131,29 +131,12 @@ def halves_of(records: pa.Table, *, split: int, file_rank: int, first_batch: int
 
 # -- deciding each end (executors, one UNIQ_KEY after another) ----------------------------
 
-# The lake's half records an end may need: the commitlog columns of a scratch row.
+# The lake's half records an end may need: the commitlog columns of a scratch row (the placement's own columns
+# and the message's fields but those the parse computes for the placement).
 LAKE_HALF_COLUMNS = [
     "physical_offset",
-    "queue_id",
     "queue_offset",
-    "store_timestamp",
-    "flag",
-    "sys_flag",
-    "magic",
-    "born_timestamp",
-    "born_host",
-    "store_host",
-    "reconsume_times",
-    "prepared_transaction_offset",
-    "body",
-    "body_crc",
-    "topic",
-    "properties",
-    "properties_bytes",
-    "keys",
-    "tags",
-    "uniq_key",
-    "total_size",
+    *(name for name in MESSAGE_TYPES if name not in ("store_host_prefix", "real_queue_round_robin")),
 ]
 
 # One event of a UNIQ_KEY: a half of the lake (``source`` 0), a half of the batch (1) or an end line (2), in
@@ -347,32 +330,18 @@ def _op_record(half: dict, end: dict, *, half_queue_offset: int) -> dict:
 
 
 def _narrow(table: pa.Table, *, split: int, file_rank: int, kinds: list[int], parents: list) -> pa.RecordBatch:
-    count = table.num_rows
-    row = np.arange(count, dtype=np.int32)
     has_parent = np.array([parent is not None for parent in parents], bool)
     stamps, ranks, lines = (np.array([p[i] if p else 0 for p in parents], np.int64) for i in range(3))
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(np.full(count, split, np.int32)),
-            pa.array(np.full(count, file_rank, np.int32)),
-            table.column("source_line").combine_chunks(),
-            table.column("store_timestamp").combine_chunks(),
-            table.column("topic").combine_chunks(),
-            table.column("queue_id").combine_chunks(),
-            table.column("sys_flag").combine_chunks(),
-            table.column("total_size").combine_chunks(),
-            pa.array(row // SCRATCH_BATCH_ROWS),
-            pa.array(row % SCRATCH_BATCH_ROWS),
-            pa.array(kinds, pa.int8()),
-            table.column("store_timestamp").combine_chunks(),
-            pa.nulls(count, pa.string()),
-            pa.nulls(count, pa.int64()),
-            pa.nulls(count, pa.int32()),
-            pa.nulls(count, pa.int32()),
-            pa.nulls(count, pa.int64()),
+    return appended_narrow_rows(
+        table,
+        split=split,
+        file_rank=file_rank,
+        first_batch=0,
+        kinds=pa.array(kinds, pa.int8()),
+        origin_timestamps=table.column("store_timestamp").combine_chunks(),
+        parents=(
             pa.array(stamps, pa.int64(), mask=~has_parent),
             pa.array(ranks.astype(np.int32), pa.int32(), mask=~has_parent),
             pa.array(lines, pa.int64(), mask=~has_parent),
-        ],
-        schema=NARROW_SCHEMA,
+        ),
     )
