@@ -38,6 +38,12 @@ delivery whose message took a round-robin turn which turn that was (the
 message's partition and ordinal), so its queue and REAL_QID are known before
 that partition is written. Deliveries of earlier runs' messages come from
 ``earlier_deliveries`` as extra splits.
+
+Transactions (``ingest.transactions``) ride along the same way: a parse task
+saves its end lines and its halves; ``resolve_ends`` decides every end and
+writes the commit re-puts and op records as extra splits; a commit of a half
+of this run takes the half's round-robin turn like a delivery and gets the
+half's physical offset when its partition is written.
 """
 
 from __future__ import annotations
