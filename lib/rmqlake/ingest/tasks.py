@@ -1217,7 +1217,7 @@ def resolve_ends(
         if pending:
             yield pa.RecordBatch.from_pylist(flush(), schema=arrow_schema)
 
-    decided = events.mapInArrow(decide, decided_schema).filter(F.col("source") == EVENT_SOURCE_END)
+    decided = events.mapInArrow(decide, decided_schema)  # the ends only, each with its decision
 
     def write(batches):
         use_task_memory_pool()
