@@ -20,6 +20,7 @@ MAGIC_V2 = -626843477  # 0xDAA320AB
 BLANK_MAGIC = -875286124  # 0xCBD43194, end of segment
 END_FILE_MIN_BLANK_LENGTH = 8
 MAX_V1_TOPIC_CHARS = 127
+MAX_V1_TOPIC_BYTES = 127  # the V1 topic length field is one signed byte
 
 # sysFlag bits
 COMPRESSED_FLAG = 0x1
@@ -41,7 +42,7 @@ TRANSACTION_TYPES = {
 
 # Bytes of the fixed fields without the two host fields and the
 # variable-length parts: 4+4+4+4+4+8+8+4+8 + 8 + 4+8 + 4 (body length) + 2 (properties length)
-_FIXED_WITHOUT_HOSTS_AND_TOPIC_LENGTH = 72 + 2
+FIXED_FIELDS_LENGTH = 72 + 2
 # The encoder reserves 64 KiB beyond maxMessageSize for the non-body fields.
 RECORD_OVERHEAD_ALLOWANCE = 64 * 1024
 
@@ -73,15 +74,7 @@ def record_size(
     """
     b = 20 if born_v6 else 8
     s = 20 if store_v6 else 8
-    return (
-        _FIXED_WITHOUT_HOSTS_AND_TOPIC_LENGTH
-        + b
-        + s
-        + body_length
-        + topic_length_field_size(magic)
-        + topic_length
-        + properties_length
-    )
+    return FIXED_FIELDS_LENGTH + b + s + body_length + topic_length_field_size(magic) + topic_length + properties_length
 
 
 def transaction_type(sys_flag: int) -> int:
@@ -169,8 +162,8 @@ def encode_record(record: Record) -> bytes:
         )
     topic_bytes = record.topic.encode("utf-8")
     topic_field = topic_length_field_size(record.magic)
-    if topic_field == 1 and len(topic_bytes) > 127:
-        raise ValueError(f"topic of {len(topic_bytes)} bytes does not fit a V1 record (max 127)")
+    if topic_field == 1 and len(topic_bytes) > MAX_V1_TOPIC_BYTES:
+        raise ValueError(f"topic of {len(topic_bytes)} bytes does not fit a V1 record (max {MAX_V1_TOPIC_BYTES})")
     if len(record.properties) > 32767:
         raise ValueError(f"properties of {len(record.properties)} bytes exceed 32767")
     size = record.computed_size()

@@ -18,22 +18,27 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from rmqlake.formats.compaction import SPARSE_END_UNIT, encode_sparse_unit, place_records
 from rmqlake.formats.consumequeue import CQ_UNIT_SIZE, PRE_BLANK_UNIT, encode_unit
-from rmqlake.formats.indexfile import HEADER_SIZE, IndexEntry, IndexHeader, entry_position
+from rmqlake.formats.indexfile import ENTRY_SIZE, HEADER_SIZE, IndexEntry, IndexHeader, entry_position
 from rmqlake.formats.record import encode_blank, encode_record
+from rmqlake.store.columnar import CQ_UNIT, INDEX_ENTRY, EncodedRecords, contiguous_runs, encode_record_batch, tiles
 from rmqlake.store.rows import READ_BATCH_ROWS, RECORD_COLUMNS, record_from_row
 
+# rows per batch the columnar encoder takes at once (~16 MiB of ~1 KiB records): fewer, larger writes
+SEGMENT_BATCH_ROWS = 16384
 
-def _batches(uris: Sequence[str], columns: list[str]) -> Iterator[pa.RecordBatch]:
+
+def _batches(uris: Sequence[str], columns: list[str], *, batch_rows: int = READ_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     for uri in uris:
         filesystem, path = pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
         with filesystem.open_input_file(path) as handle:
-            yield from pq.ParquetFile(handle).iter_batches(batch_size=READ_BATCH_ROWS, columns=columns)
+            yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_rows, columns=columns)
 
 
 def _inside(out: str, *parts: str) -> Path:
@@ -77,43 +82,74 @@ def _check_covered(spans: list[tuple[int, int]], start: int, end: int, what: str
         raise ValueError(f"{what}: records end at {position}, expected {end}")
 
 
-def write_segment(task: dict) -> dict:
+def write_segment(task: dict, *, columnar: bool = True) -> dict:
     """Write commitlog segment ``task["segment"]`` (records, then the blank record of a sealed segment).
 
     ``task``: ``segment``, ``start_offset``, ``data_end`` (end of its last
     record), ``sealed``, ``file_size``, ``mtime_ms`` (the file's last-modified
-    time, optional), ``files`` (Parquet URIs), ``out``.
+    time, optional), ``files`` (Parquet URIs), ``out``. ``columnar``: encode
+    a batch of rows at once (``store.columnar``); ``False`` encodes record by
+    record with ``formats.record.encode_record``, the reference (a batch the
+    columnar encoder leaves goes that way too).
     """
     start, data_end, size = task["start_offset"], task["data_end"], task["file_size"]
     path = _inside(task["out"], "commitlog", task["segment"])
-    spans: list[tuple[int, int]] = []
+    offsets: list[np.ndarray] = []
+    sizes: list[np.ndarray] = []
+    batch_rows = SEGMENT_BATCH_ROWS if columnar else READ_BATCH_ROWS
     with _preallocated(path, size) as handle:
-        for batch in _batches(task["files"], RECORD_COLUMNS):
-            for row in batch.to_pylist():
-                encoded = encode_record(record_from_row(row))
-                if len(encoded) != row["total_size"]:
-                    raise ValueError(
-                        f"segment {task['segment']}: record at {row['physical_offset']} encodes to {len(encoded)} "
-                        f"bytes, its total_size is {row['total_size']}"
-                    )
-                handle.seek(row["physical_offset"] - start)
-                handle.write(encoded)
-                spans.append((row["physical_offset"], len(encoded)))
-        _check_covered(spans, start, data_end, f"segment {task['segment']}")
+        for batch in _batches(task["files"], RECORD_COLUMNS, batch_rows=batch_rows):
+            encoded = encode_record_batch(batch) if columnar else None
+            if encoded is None:
+                encoded = _encode_per_record(batch, task["segment"])
+            runs = contiguous_runs(encoded.physical_offset, encoded.total_size)
+            for first, stop in zip(runs[:-1].tolist(), runs[1:].tolist(), strict=True):
+                handle.seek(int(encoded.physical_offset[first]) - start)
+                handle.write(encoded.data[encoded.starts[first] : encoded.starts[stop]])
+            offsets.append(encoded.physical_offset)
+            sizes.append(encoded.total_size)
+        all_offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+        all_sizes = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+        if not tiles(all_offsets, all_sizes, start, data_end):  # the reference check says where and how
+            _check_covered(list(zip(all_offsets.tolist(), all_sizes.tolist(), strict=True)), start, data_end,
+                           f"segment {task['segment']}")  # fmt: skip
         if task["sealed"]:  # the 8-byte end-of-file marker: TOTALSIZE = every byte left after the last record
             handle.seek(data_end - start)
             handle.write(encode_blank(start + size - data_end))
     _set_mtime(path, task.get("mtime_ms"))
-    last = max((offset for offset, _ in spans), default=None)
     return {
         "file": f"commitlog/{task['segment']}",
-        "records": len(spans),
+        "records": len(all_offsets),
         "bytes": data_end - start,
-        "last_offset": last,
+        "last_offset": int(all_offsets.max()) if len(all_offsets) else None,
     }
 
 
-def write_cq_file(task: dict) -> dict:
+def _encode_per_record(batch: pa.RecordBatch, segment: str) -> EncodedRecords:
+    """The records of a batch encoded one by one with ``encode_record`` (the reference route)."""
+    chunks, offsets, sizes = [], [], []
+    for row in batch.to_pylist():
+        encoded = encode_record(record_from_row(row))
+        if len(encoded) != row["total_size"]:
+            raise ValueError(
+                f"segment {segment}: record at {row['physical_offset']} encodes to {len(encoded)} "
+                f"bytes, its total_size is {row['total_size']}"
+            )
+        chunks.append(encoded)
+        offsets.append(row["physical_offset"])
+        sizes.append(len(encoded))
+    starts = np.zeros(len(chunks) + 1, np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    return EncodedRecords(np.array(offsets, np.int64), np.array(sizes, np.int64), starts, memoryview(b"".join(chunks)))
+
+
+CQ_COLUMNS = ["queue_offset", "commitlog_offset", "size", "tags_code", "store_timestamp"]
+INDEX_COLUMNS = ["index_no", "key_hash", "slot", "phy_offset", "time_diff", "prev_index"]
+# |queue offset| and file starts up to which ``queue_offset * 20 - start`` cannot overflow an int64
+_SAFE_OFFSET = 2**58
+
+
+def write_cq_file(task: dict, *, columnar: bool = True) -> dict:
     """Write CQ file ``task["cq_file"]`` of one queue: each unit at ``queue_offset * 20`` minus the file's start.
 
     Its modification time is the store time of its last unit (the broker
@@ -121,11 +157,57 @@ def write_cq_file(task: dict) -> dict:
 
     ``task``: ``topic``, ``queue_id``, ``cq_file``, ``file_size``,
     ``first_in_queue`` (the queue's first file: units before its first unit
-    are the broker's pre-blank units), ``files``, ``out``.
+    are the broker's pre-blank units), ``files``, ``out``. ``columnar``:
+    all units as one NumPy array; ``False`` (and any file that is not a
+    run of units inside the file) goes unit by unit, the reference.
     """
+    written = _write_cq_file_columnar(task) if columnar else None
+    return written if written is not None else _write_cq_file_per_unit(task)
+
+
+def _write_cq_file_columnar(task: dict) -> dict | None:
+    """``write_cq_file`` in one write of the units, or ``None`` (nothing written) when the reference must say
+    what is wrong."""
+    base, size = int(task["cq_file"]), task["file_size"]
+    table = _table(task["files"], CQ_COLUMNS)
+    if table is None or base >= _SAFE_OFFSET:
+        return None
+    queue_offset = table.column("queue_offset").to_numpy()
+    if np.abs(queue_offset).max() >= _SAFE_OFFSET:
+        return None
+    positions = queue_offset * CQ_UNIT_SIZE - base
+    if positions.min() < 0 or positions.max() >= size:
+        return None
+    order = np.argsort(positions, kind="stable")
+    positions = positions[order]
+    if not tiles(positions, np.full(len(positions), CQ_UNIT_SIZE), int(positions[0]), int(positions[-1]) + 20):
+        return None
+    units = np.empty(len(positions), CQ_UNIT)
+    for name in CQ_UNIT.names:
+        units[name] = table.column(name).to_numpy()[order]
+    path = _inside(task["out"], "consumequeue", task["topic"], str(task["queue_id"]), task["cq_file"])
+    with _preallocated(path, size) as handle:
+        if task["first_in_queue"] and positions[0] > 0:  # ConsumeQueue.fillPreBlank
+            handle.write(encode_unit(*PRE_BLANK_UNIT) * (int(positions[0]) // CQ_UNIT_SIZE))
+        handle.seek(int(positions[0]))
+        handle.write(units.tobytes())
+    _set_mtime(path, int(table.column("store_timestamp")[int(np.argmax(queue_offset))].as_py()))
+    return {"file": f"consumequeue/{task['topic']}/{task['queue_id']}/{task['cq_file']}", "units": len(positions)}
+
+
+def _table(uris: Sequence[str], columns: list[str]) -> pa.Table | None:
+    """The columns of a task's Parquet files as one table; ``None`` when it has no rows or a null."""
+    batches = list(_batches(uris, columns, batch_rows=SEGMENT_BATCH_ROWS))
+    table = pa.Table.from_batches(batches) if batches else None
+    if table is None or not table.num_rows or any(table.column(name).null_count for name in columns):
+        return None
+    return table.combine_chunks()
+
+
+def _write_cq_file_per_unit(task: dict) -> dict:
     base = int(task["cq_file"])
     path = _inside(task["out"], "consumequeue", task["topic"], str(task["queue_id"]), task["cq_file"])
-    columns = ["queue_offset", "commitlog_offset", "size", "tags_code", "store_timestamp"]
+    columns = CQ_COLUMNS
     positions = []
     last_unit = (-1, None)  # (queue offset, store time) of the newest unit: the file's last write
     with _preallocated(path, task["file_size"]) as handle:
@@ -150,32 +232,77 @@ def write_cq_file(task: dict) -> dict:
     return {"file": f"consumequeue/{task['topic']}/{task['queue_id']}/{task['cq_file']}", "units": len(positions)}
 
 
-def write_index_file(task: dict) -> dict:
+def write_index_file(task: dict, *, columnar: bool = True) -> dict:
     """Write index file ``task["index_file"]``: header, slot table (each slot: its newest entry), entries.
 
     Its modification time is the header's end timestamp: the store time of
     the last entry put (a file without entries keeps the time it is written).
 
     ``task``: ``index_file``, ``header`` (the ``indexfile_header`` row),
-    ``slots``, ``file_size``, ``files``, ``out``.
+    ``slots``, ``file_size``, ``files``, ``out``. ``columnar``: the slot
+    table and the entries as NumPy arrays; ``False`` (and any file whose
+    entries are not distinct, in range and counted by the header) goes
+    entry by entry, the reference.
     """
+    written = _write_index_file_columnar(task) if columnar else None
+    return written if written is not None else _write_index_file_per_entry(task)
+
+
+def _write_index_file_columnar(task: dict) -> dict | None:
+    slots, header = task["slots"], task["header"]
+    table = _table(task["files"], INDEX_COLUMNS)
+    if table is None:
+        return None
+    index_no = table.column("index_no").to_numpy().astype(np.int64)
+    slot = table.column("slot").to_numpy()
+    order = np.argsort(index_no, kind="stable")
+    index_no = index_no[order]
+    if (
+        len(index_no) + 1 != header["index_count"]
+        or index_no[0] < 0
+        or entry_position(int(index_no[-1]), slots) + ENTRY_SIZE > task["file_size"]
+        or (index_no[1:] == index_no[:-1]).any()
+        or slot.min() < 0
+        or slot.max() >= slots
+    ):
+        return None
+    heads = np.zeros(slots, np.int64)
+    np.maximum.at(heads, slot, table.column("index_no").to_numpy())
+    entries = np.empty(len(index_no), INDEX_ENTRY)
+    for name in INDEX_ENTRY.names:
+        entries[name] = table.column(name).to_numpy()[order]
+    path = _inside(task["out"], "index", task["index_file"])
+    with _preallocated(path, task["file_size"]) as handle:
+        handle.write(_index_header(header))
+        handle.write(heads.astype(">i4").tobytes())
+        runs = contiguous_runs(index_no, np.ones(len(index_no), np.int64))
+        for first, stop in zip(runs[:-1].tolist(), runs[1:].tolist(), strict=True):
+            handle.seek(entry_position(int(index_no[first]), slots))
+            handle.write(entries[first:stop].tobytes())
+    _set_mtime(path, header["end_timestamp"] or None)
+    return {"file": f"index/{task['index_file']}", "entries": len(index_no)}
+
+
+def _index_header(header: dict) -> bytes:
+    return IndexHeader(
+        header["begin_timestamp"],
+        header["end_timestamp"],
+        header["begin_phy_offset"],
+        header["end_phy_offset"],
+        header["hash_slot_count"],
+        header["index_count"],
+    ).encode()
+
+
+def _write_index_file_per_entry(task: dict) -> dict:
     slots = task["slots"]
     path = _inside(task["out"], "index", task["index_file"])
-    columns = ["index_no", "key_hash", "slot", "phy_offset", "time_diff", "prev_index"]
+    columns = INDEX_COLUMNS
     heads = array("i", bytes(4 * slots))
     entries = 0
     with _preallocated(path, task["file_size"]) as handle:
         header = task["header"]
-        handle.write(
-            IndexHeader(
-                header["begin_timestamp"],
-                header["end_timestamp"],
-                header["begin_phy_offset"],
-                header["end_phy_offset"],
-                header["hash_slot_count"],
-                header["index_count"],
-            ).encode()
-        )
+        handle.write(_index_header(header))
         for batch in _batches(task["files"], columns):
             for index_no, key_hash, slot, phy_offset, time_diff, prev_index in zip(
                 *(batch.column(c).to_pylist() for c in columns), strict=True
