@@ -25,6 +25,7 @@ from rmqlake.formats.record import (
     record_error,
 )
 from rmqlake.lake.tables import COMMITLOG, TableSpec, columns
+from rmqlake.store.record_runs import read_run
 from rmqlake.store.rows import READ_BATCH_ROWS, row_from_record
 
 # one row per record read: the commitlog's columns, or the end-of-file blank / a corrupt record (flags)
@@ -40,7 +41,7 @@ IMPORTED_SCHEMA = IMPORTED.arrow_schema
 
 
 def read_segment_file(
-    path: str, *, start_offset: int, last: bool = True, check_crc: bool = True
+    path: str, *, start_offset: int, last: bool = True, check_crc: bool = True, columnar: bool = True
 ) -> Iterator[pa.RecordBatch]:
     """The records of one commitlog file, walked as the broker's recovery walks it, with nothing left out.
 
@@ -61,6 +62,11 @@ def read_segment_file(
     here the walk looks for the next byte position that holds a record
     passing every check, PHYSICALOFFSET equal to that position included, and
     goes on from there; the bytes in between are one corrupt range.
+
+    ``columnar``: runs of messages that pass every check are decoded a run
+    at a time (``store.record_runs``); each record that does not, and what
+    follows from it, is read here record by record, the reference, which
+    ``False`` uses for every record.
     """
     name = os.path.basename(path)
     rows: list[dict] = []
@@ -73,6 +79,17 @@ def read_segment_file(
             position = 0
             ordinal = 0
             while position < length:
+                if columnar:
+                    run = read_run(data, position, length, start_offset=start_offset, name=name, path=path,
+                                   first_ordinal=ordinal + 1, check_crc=check_crc, schema=IMPORTED_SCHEMA)  # fmt: skip
+                    if run is not None:
+                        if rows:
+                            yield pa.RecordBatch.from_pylist(rows, schema=IMPORTED_SCHEMA)
+                            rows = []
+                        batch, position = run
+                        ordinal += batch.num_rows
+                        yield batch
+                        continue
                 ordinal += 1
                 kind, size, value = reader.read(position)
                 if kind == _BAD and size is None and _zeros(data, position, length):  # no record from here on
