@@ -176,6 +176,7 @@ def _segment_task(tmp_path, parts: list[list[dict]], *, start: int, columnar: bo
 
 def _both_segments(tmp_path, parts, monkeypatch, **options) -> tuple[bytes, bytes]:
     monkeypatch.setattr(export, "SEGMENT_BATCH_ROWS", 5)  # records of one file span several batches
+    monkeypatch.setattr(export, "_WRITE_BEHIND_BYTES", 1)  # every write asks for writeback
     results, data = [], []
     for columnar in (True, False):
         task = _segment_task(tmp_path, parts, columnar=columnar, **options)
@@ -474,3 +475,14 @@ def test_a_clean_file_is_read_in_runs(tmp_path):
     run = read_run(data + bytes(8), 0, len(data) + 8, start_offset=0, name="0", path="p", first_ordinal=1,
                    check_crc=True, schema=IMPORTED_SCHEMA)  # fmt: skip
     assert run is not None and run[0].num_rows == 40 and run[1] == len(data)
+
+
+def test_a_parquet_file_that_cannot_be_read_fails_both_routes_alike(tmp_path):
+    errors = []
+    for columnar in (True, False):
+        task = _segment_task(tmp_path, [], start=0, columnar=columnar, size=64)
+        task["files"] = [str(tmp_path / "missing.parquet")]
+        with pytest.raises(OSError) as raised:  # read in a thread ahead of the columnar writer, raised here
+            export.write_segment(task, columnar=columnar)
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1]

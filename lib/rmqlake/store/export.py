@@ -12,7 +12,9 @@ file systems).
 from __future__ import annotations
 
 import os
+import queue
 import struct
+import threading
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -39,6 +41,49 @@ def _batches(uris: Sequence[str], columns: list[str], *, batch_rows: int = READ_
         filesystem, path = pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
         with filesystem.open_input_file(path) as handle:
             yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_rows, columns=columns)
+
+
+def _read_ahead(batches: Iterator[pa.RecordBatch], *, depth: int = 2) -> Iterator[pa.RecordBatch]:
+    """``batches``, produced by a thread ``depth`` batches ahead: Parquet decoding (which releases the GIL)
+    overlaps the encoding and writing of the batches before."""
+    slots: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                while not stop.is_set():
+                    try:
+                        slots.put(batch, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            item = done
+        except BaseException as exc:  # handed to the consumer, raised there
+            item = exc
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    thread = threading.Thread(target=produce, name="parquet-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = slots.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _inside(out: str, *parts: str) -> Path:
@@ -70,6 +115,21 @@ def _preallocated(path: Path, size: int):
     return handle
 
 
+# written bytes from which the kernel is asked to start writing a file's dirty pages to disk
+_WRITE_BEHIND_BYTES = 8 << 20
+
+
+def _write_at(handle, position: int, data) -> None:
+    """Write ``data`` at ``position`` and, for a large write, have the kernel start writing it to disk now
+    (``POSIX_FADV_DONTNEED`` starts writeback of dirty pages), so that the disk works while the next batch is
+    encoded instead of after the last one; the pages need not stay cached: nothing here reads them again."""
+    handle.seek(position)
+    handle.write(data)
+    if len(data) >= _WRITE_BEHIND_BYTES and hasattr(os, "posix_fadvise"):
+        handle.flush()
+        os.posix_fadvise(handle.fileno(), position, len(data), os.POSIX_FADV_DONTNEED)
+
+
 def _check_covered(spans: list[tuple[int, int]], start: int, end: int, what: str) -> None:
     """``spans`` (offset, size) must tile [start, end) exactly: no gap, no overlap."""
     position = start
@@ -96,16 +156,20 @@ def write_segment(task: dict, *, columnar: bool = True) -> dict:
     path = _inside(task["out"], "commitlog", task["segment"])
     offsets: list[np.ndarray] = []
     sizes: list[np.ndarray] = []
-    batch_rows = SEGMENT_BATCH_ROWS if columnar else READ_BATCH_ROWS
+    batches = (
+        _read_ahead(_batches(task["files"], RECORD_COLUMNS, batch_rows=SEGMENT_BATCH_ROWS))
+        if columnar
+        else _batches(task["files"], RECORD_COLUMNS)
+    )
     with _preallocated(path, size) as handle:
-        for batch in _batches(task["files"], RECORD_COLUMNS, batch_rows=batch_rows):
+        for batch in batches:
             encoded = encode_record_batch(batch) if columnar else None
             if encoded is None:
                 encoded = _encode_per_record(batch, task["segment"])
             runs = contiguous_runs(encoded.physical_offset, encoded.total_size)
             for first, stop in zip(runs[:-1].tolist(), runs[1:].tolist(), strict=True):
-                handle.seek(int(encoded.physical_offset[first]) - start)
-                handle.write(encoded.data[encoded.starts[first] : encoded.starts[stop]])
+                _write_at(handle, int(encoded.physical_offset[first]) - start,
+                          encoded.data[encoded.starts[first] : encoded.starts[stop]])  # fmt: skip
             offsets.append(encoded.physical_offset)
             sizes.append(encoded.total_size)
         all_offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
@@ -274,11 +338,10 @@ def _write_index_file_columnar(task: dict) -> dict | None:
     path = _inside(task["out"], "index", task["index_file"])
     with _preallocated(path, task["file_size"]) as handle:
         handle.write(_index_header(header))
-        handle.write(heads.astype(">i4").tobytes())
+        _write_at(handle, HEADER_SIZE, heads.astype(">i4").tobytes())
         runs = contiguous_runs(index_no, np.ones(len(index_no), np.int64))
         for first, stop in zip(runs[:-1].tolist(), runs[1:].tolist(), strict=True):
-            handle.seek(entry_position(int(index_no[first]), slots))
-            handle.write(entries[first:stop].tobytes())
+            _write_at(handle, entry_position(int(index_no[first]), slots), entries[first:stop].tobytes())
     _set_mtime(path, header["end_timestamp"] or None)
     return {"file": f"index/{task['index_file']}", "entries": len(index_no)}
 

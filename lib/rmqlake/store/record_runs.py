@@ -197,8 +197,15 @@ class _Run:
         holding an IPv4-mapped address); each distinct host is looked at once."""
         fields = self.u8[np.clip(at, 0, len(self.u8) - 20)[:, None] + np.arange(20)]
         fields[lengths == 8, 8:] = 0
-        keys = np.concatenate([fields, (lengths == 20)[:, None].astype(np.uint8)], axis=1)
-        distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
+        keys = np.ascontiguousarray(np.concatenate([fields, (lengths == 20)[:, None].astype(np.uint8)], axis=1))
+        width = keys.shape[1]
+        encoded = pc.dictionary_encode(
+            pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(keys), [None, pa.py_buffer(keys)])
+        )  # hashing: each distinct host once
+        distinct = np.frombuffer(encoded.dictionary.buffers()[1], np.uint8)[
+            encoded.dictionary.offset * width : (encoded.dictionary.offset + len(encoded.dictionary)) * width
+        ].reshape(-1, width)
+        inverse = encoded.indices.to_numpy()
         texts, kept, prefixes = [], [], []
         for key in distinct:
             raw = key[:20].tobytes() if key[20] else key[:8].tobytes()
@@ -209,7 +216,6 @@ class _Run:
             kept.append(keep)
             texts.append(host.text if keep else "")
             prefixes.append(offset_msg_id_prefix(host) if keep else "")
-        inverse = inverse.ravel()
         if msg_ids:
             self.prefix = pa.array(prefixes, pa.string()).take(pa.array(inverse))
         return pa.array(texts, pa.string()).take(pa.array(inverse)), np.array(kept, bool)[inverse]
