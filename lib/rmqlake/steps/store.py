@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
+from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
 from rmqlake.config import Settings
@@ -58,7 +59,7 @@ from rmqlake.lake.state import (
     SegmentHole,
     TopicTotals,
 )
-from rmqlake.lake.tables import SEGMENTS
+from rmqlake.lake.tables import COMMITLOG, SEGMENTS
 from rmqlake.progress import Stages
 from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.store import (
@@ -72,7 +73,7 @@ from rmqlake.store import (
 from rmqlake.store.schedule import schedule_progress
 from rmqlake.timeutil import parse_timestamp, to_datetime
 from rmqlake.transforms.columns import dispatchable
-from rmqlake.transforms.segments import DELETED, segment_aggregates, update_segments
+from rmqlake.transforms.segments import DELETED, update_segments
 
 log = logging.getLogger(__name__)
 
@@ -485,18 +486,36 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
         )
     stages = Stages(log)
     tasks = [(str(root / "commitlog" / name), int(name), name == names[-1]) for name in names]
+    message = ~F.col("blank_end") & F.col("corrupt_reason").isNull()
+    corrupt_row = F.col("corrupt_reason").isNotNull()
     with stages("read commitlog files") as note:
         rows = (
             spark.sparkContext.parallelize(tasks, len(tasks))
             .toDF("path string, start_offset bigint, last boolean")
             .mapInArrow(_read_files, IMPORTED.spark_schema)
-            .persist()
         )
-        messages = rows.where(~F.col("blank_end") & F.col("corrupt_reason").isNull())
-        stage_dataframe(run, messages.withColumn("batch_id", F.lit(run.run_id)), "commitlog")
-        corrupt = rows.where(F.col("corrupt_reason").isNotNull())
-        corrupt_count = corrupt.count()
-        if corrupt_count:
+        # the files are read once: blank records and corrupt ranges are counted on the way to the Parquet writer
+        flags = Observation("imported rows")
+        observed = rows.observe(
+            flags,
+            F.count(F.when(corrupt_row, F.lit(1))).alias("corrupt"),
+            F.collect_set(F.when(F.col("blank_end"), F.col("segment"))).alias("blanks"),
+        )
+        stage_dataframe(run, observed.where(message).withColumn("batch_id", F.lit(run.run_id)), "commitlog")
+        corrupt_count, blanks = flags.get["corrupt"], set(flags.get["blanks"])
+        note.update(files=len(tasks), corrupt=corrupt_count)
+    with stages("totals") as note:
+        messages = (
+            spark.read.schema(COMMITLOG.spark_schema)
+            .option("basePath", run.staging_uri("commitlog"))
+            .parquet(run.staging_uri("commitlog"))
+        )  # the messages just staged (small columns are read, not the bodies)
+        totals = _totals(messages)
+        note.update(messages=totals["messages"])
+    first_rejected: dict[str, tuple[int, int]] = {}
+    if corrupt_count:
+        with stages("corrupt ranges"):  # read again: only a store with damaged bytes pays for it
+            corrupt = rows.where(corrupt_row)
             for row in corrupt.select("corrupt_reason").limit(20).collect():  # a sample for the log
                 log.error("corrupt record: %s", row["corrupt_reason"])
             stage_dataframe(
@@ -516,17 +535,14 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
                 ),
                 "rejected",
             )
-        totals = _totals(messages)
+            first_rejected = {
+                r["segment"]: (r["first"], r["ranges"])
+                for r in corrupt.groupBy("segment")
+                .agg(F.min("physical_offset").alias("first"), F.count(F.lit(1)).alias("ranges"))
+                .collect()
+            }  # one row per damaged segment
+    with stages("schedule state"):
         schedule = _imported_schedule(messages, settings, totals, delay_offsets)
-        blanks = {r["segment"] for r in rows.where("blank_end").select("segment").collect()}  # one per segment
-        first_rejected = {
-            r["segment"]: (r["first"], r["ranges"])
-            for r in corrupt.groupBy("segment")
-            .agg(F.min("physical_offset").alias("first"), F.count(F.lit(1)).alias("ranges"))
-            .collect()
-        }  # one row per damaged segment
-        note.update(files=len(tasks), messages=totals["messages"], corrupt=corrupt_count)
-    rows.unpersist()
     if not totals["messages"]:
         raise InputError(f"{root}/commitlog holds no readable message")
     size = settings.store.commitlog_segment_size
@@ -570,7 +586,7 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
     }
     state = replace(run.state, commitlog=commitlog, import_store=imported, schedule=schedule["state"])
     versions = step.commit(state, record=metrics)
-    return {**metrics, "table_versions": versions, "seconds": step.seconds()}
+    return {**metrics, "table_versions": versions, "seconds": step.seconds(), "stage_seconds": stages.seconds}
 
 
 def _imported_schedule(messages, settings: Settings, totals: dict, delay_offsets: dict[int, int] | None) -> dict:
@@ -631,18 +647,51 @@ def _read_files(batches):
 
 
 def _totals(messages) -> dict:
-    """Per segment (count, end of data, first/last store time), per queue head and per topic totals."""
-    segments = segment_aggregates(messages)
-    heads = (
-        messages.where(dispatchable())
-        .groupBy("topic", "queue_id")
-        .agg((F.max("queue_offset") + 1).alias("head"))
+    """Per segment (count, end of data, first/last store time: ``segment_aggregates``' rows), per queue head
+    and per topic totals, from one pass over the messages' small columns."""
+    offset = F.col("physical_offset")
+    groups = (
+        messages.groupBy("segment", "topic", "queue_id")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum("total_size").alias("b"),
+            F.max(offset + F.col("total_size")).alias("data_end"),
+            F.min(offset).alias("first_offset"),
+            F.max(offset).alias("last_offset"),
+            F.min_by("store_timestamp", offset).alias("first_store_timestamp"),
+            F.max_by("store_timestamp", offset).alias("last_store_timestamp"),
+            F.max(F.when(dispatchable(), F.col("queue_offset"))).alias("last_dispatched"),
+        )
         .collect()
-    )  # one row per queue
-    topics = messages.groupBy("topic").agg(F.count(F.lit(1)).alias("n"), F.sum("total_size").alias("b")).collect()
+    )  # one row per segment and queue
+    segments: dict[str, dict] = {}
+    queues: dict[QueueId, list] = {}
+    for g in sorted(groups, key=lambda r: (r["segment"], r["topic"], r["queue_id"])):
+        s = segments.setdefault(g["segment"], {"segment": g["segment"], "message_count": 0, "data_end": 0,
+                                               "first": None, "last": None})  # fmt: skip
+        s["message_count"] += g["n"]
+        s["data_end"] = max(s["data_end"], g["data_end"])
+        if s["first"] is None or g["first_offset"] < s["first"][0]:
+            s["first"] = (g["first_offset"], g["first_store_timestamp"])
+        if s["last"] is None or g["last_offset"] > s["last"][0]:
+            s["last"] = (g["last_offset"], g["last_store_timestamp"])
+        queue = queues.setdefault(QueueId(g["topic"], g["queue_id"]), [None, 0, 0])
+        if g["last_dispatched"] is not None:
+            queue[0] = g["last_dispatched"] if queue[0] is None else max(queue[0], g["last_dispatched"])
+        queue[1] += g["n"]
+        queue[2] += g["b"]
+    topics: dict[str, TopicTotals] = {}
+    for queue, (_, count, size) in queues.items():
+        seen = topics.get(queue.topic, TopicTotals(messages=0, bytes=0))
+        topics[queue.topic] = TopicTotals(messages=seen.messages + count, bytes=seen.bytes + size)
+    per_segment = [
+        {"segment": s["segment"], "message_count": s["message_count"], "data_end": s["data_end"],
+         "first_store_timestamp": s["first"][1], "last_store_timestamp": s["last"][1]}
+        for s in segments.values()
+    ]  # fmt: skip
     return {
-        "messages": sum(r["message_count"] for r in segments),
-        "segments": segments,
-        "queue_heads": {QueueId(row["topic"], row["queue_id"]): row["head"] for row in heads},
-        "topics": {r["topic"]: TopicTotals(messages=r["n"], bytes=r["b"]) for r in topics},
+        "messages": sum(s["message_count"] for s in per_segment),
+        "segments": per_segment,
+        "queue_heads": {queue: last + 1 for queue, (last, _, _) in queues.items() if last is not None},
+        "topics": topics,
     }
