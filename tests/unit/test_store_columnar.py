@@ -486,3 +486,25 @@ def test_a_parquet_file_that_cannot_be_read_fails_both_routes_alike(tmp_path):
             export.write_segment(task, columnar=columnar)
         errors.append(str(raised.value))
     assert errors[0] == errors[1]
+
+
+def test_files_differing_in_nullability_are_one_index_file_and_wider_integers_go_through_the_reference(tmp_path):
+    task = _index_task(tmp_path, list(range(1, 12)), tag="split")
+    whole = pq.read_table(task["files"][0])
+    strict = pa.schema([f.with_nullable(f.name not in ("time_diff", "prev_index")) for f in whole.schema])
+    pq.write_table(whole.slice(0, 5).cast(strict), tmp_path / "a.parquet")  # as another engine writes them
+    pq.write_table(whole.slice(5), tmp_path / "b.parquet")
+    task["files"] = [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+    assert export._write_index_file_columnar({**task, "out": str(tmp_path / "probe")}) is not None
+    outcomes = []
+    for columnar in (True, False):
+        export.write_index_file({**task, "out": str(tmp_path / f"o-{columnar}")}, columnar=columnar)
+        outcomes.append((tmp_path / f"o-{columnar}" / "index" / task["index_file"]).read_bytes())
+    assert outcomes[0] == outcomes[1]
+    wide = whole.cast(whole.schema.set(0, pa.field("index_no", pa.int64())))
+    pq.write_table(wide, tmp_path / "wide.parquet")
+    assert export._write_index_file_columnar({**task, "files": [str(tmp_path / "wide.parquet")]}) is None
+    rows = _rows(3)
+    batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
+    widened = batch.cast(SCHEMA.set(SCHEMA.get_field_index("queue_id"), pa.field("queue_id", pa.int64())))
+    assert encode_record_batch(batch) is not None and encode_record_batch(widened) is None

@@ -31,6 +31,7 @@ from rmqlake.formats.record import (
     MAX_V1_TOPIC_BYTES,
     STOREHOST_V6_FLAG,
 )
+from rmqlake.lake.tables import COMMITLOG
 
 MAX_PROPERTIES_BYTES = 32767
 MAX_V2_TOPIC_BYTES = 32767
@@ -54,6 +55,8 @@ _TAIL = np.dtype([("reconsume_times", ">i4"), ("prepared_transaction_offset", ">
 _PROPERTIES_LENGTH = np.dtype([("length", ">i2")])
 CQ_UNIT = np.dtype([("commitlog_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 INDEX_ENTRY = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
+# the integer columns' types in the table: a value of any other type is left to the reference
+_INTEGER_TYPES = {f.name: f.type for f in COMMITLOG.arrow_schema if pa.types.is_integer(f.type)}
 # columns whose null the reference encodes (as empty bytes); a null anywhere else is the reference's error
 _NULL_AS_EMPTY = ("body", "properties_bytes")
 
@@ -75,6 +78,8 @@ def encode_record_batch(batch: pa.RecordBatch) -> EncodedRecords | None:
     for name in batch.schema.names:
         if name not in _NULL_AS_EMPTY and batch.column(name).null_count:
             return None
+        if name in _INTEGER_TYPES and batch.column(name).type != _INTEGER_TYPES[name]:
+            return None  # a wider integer type than the table's: the reference says what fits its field
     magic = batch.column("magic").to_numpy()
     if not np.isin(magic, (MAGIC_V1, MAGIC_V2)).all():
         return None

@@ -29,6 +29,7 @@ from rmqlake.formats.compaction import SPARSE_END_UNIT, encode_sparse_unit, plac
 from rmqlake.formats.consumequeue import CQ_UNIT_SIZE, PRE_BLANK_UNIT, encode_unit
 from rmqlake.formats.indexfile import ENTRY_SIZE, HEADER_SIZE, IndexEntry, IndexHeader, entry_position
 from rmqlake.formats.record import encode_blank, encode_record
+from rmqlake.lake.tables import CONSUMEQUEUE, INDEXFILE
 from rmqlake.store.columnar import CQ_UNIT, INDEX_ENTRY, EncodedRecords, contiguous_runs, encode_record_batch, tiles
 from rmqlake.store.rows import READ_BATCH_ROWS, RECORD_COLUMNS, record_from_row
 
@@ -233,7 +234,7 @@ def _write_cq_file_columnar(task: dict) -> dict | None:
     """``write_cq_file`` in one write of the units, or ``None`` (nothing written) when the reference must say
     what is wrong."""
     base, size = int(task["cq_file"]), task["file_size"]
-    table = _table(task["files"], CQ_COLUMNS)
+    table = _table(task["files"], CQ_COLUMNS, CONSUMEQUEUE.arrow_schema)
     if table is None or base >= _SAFE_OFFSET:
         return None
     queue_offset = table.column("queue_offset").to_numpy()
@@ -259,11 +260,18 @@ def _write_cq_file_columnar(task: dict) -> dict | None:
     return {"file": f"consumequeue/{task['topic']}/{task['queue_id']}/{task['cq_file']}", "units": len(positions)}
 
 
-def _table(uris: Sequence[str], columns: list[str]) -> pa.Table | None:
-    """The columns of a task's Parquet files as one table; ``None`` when it has no rows or a null."""
+def _table(uris: Sequence[str], columns: list[str], types: pa.Schema) -> pa.Table | None:
+    """The columns of a task's Parquet files as one table; ``None`` when it has no rows, a null, or a column
+    not of the table's type (the per-row reference then says what it makes of it)."""
     batches = list(_batches(uris, columns, batch_rows=SEGMENT_BATCH_ROWS))
-    table = pa.Table.from_batches(batches) if batches else None
-    if table is None or not table.num_rows or any(table.column(name).null_count for name in columns):
+    if not batches:
+        return None
+    try:  # files may differ in the fields' nullability (written by another engine): the types must agree
+        table = pa.table({name: pa.chunked_array([b.column(name) for b in batches]) for name in columns})
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    mismatched = any(table.column(n).type != types.field(n).type or table.column(n).null_count for n in columns)
+    if not table.num_rows or mismatched:
         return None
     return table.combine_chunks()
 
@@ -314,7 +322,7 @@ def write_index_file(task: dict, *, columnar: bool = True) -> dict:
 
 def _write_index_file_columnar(task: dict) -> dict | None:
     slots, header = task["slots"], task["header"]
-    table = _table(task["files"], INDEX_COLUMNS)
+    table = _table(task["files"], INDEX_COLUMNS, INDEXFILE.arrow_schema)
     if table is None:
         return None
     index_no = table.column("index_no").to_numpy().astype(np.int64)
