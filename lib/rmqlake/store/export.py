@@ -51,26 +51,25 @@ def _read_ahead(batches: Iterator[pa.RecordBatch], *, depth: int = 2) -> Iterato
     stop = threading.Event()
     done = object()
 
+    def offer(item) -> bool:
+        """Hand ``item`` to the consumer; ``False`` once it has stopped taking."""
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             for batch in batches:
-                while not stop.is_set():
-                    try:
-                        slots.put(batch, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer(batch):
                     return
             item = done
         except BaseException as exc:  # handed to the consumer, raised there
             item = exc
-        while not stop.is_set():
-            try:
-                slots.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
+        offer(item)
 
     thread = threading.Thread(target=produce, name="parquet-read-ahead", daemon=True)
     thread.start()
