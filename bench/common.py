@@ -14,6 +14,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out"
 sys.path.insert(0, str(REPO / "lib"))
+# the bench topic plan: (name, queues, COMPACTION), as conf/topics.yaml declares them
+TOPIC_PLAN = (("OrderEvents", 8, False), ("UserProfile", 4, True), ("Clickstream", 4, False))
 
 
 def machine() -> dict:
@@ -41,7 +43,7 @@ def dataset(name: str, *, messages: int, body_size: int, hours: int = 6, seed: i
     if marker.exists() and json.loads(marker.read_text()) == wanted:
         return root / "landing"
     shutil.rmtree(root, ignore_errors=True)
-    topics = [TopicPlan("OrderEvents", 8, False), TopicPlan("UserProfile", 4, True), TopicPlan("Clickstream", 4, False)]
+    topics = [TopicPlan(*plan) for plan in TOPIC_PLAN]
     started = time.monotonic()
     generate(root, messages=messages, topics=topics, hours=hours, seed=seed, body_size=body_size)
     marker.write_text(json.dumps(wanted))
