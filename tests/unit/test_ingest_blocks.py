@@ -156,6 +156,13 @@ CORNER_LINES = [
     b'{"topic": "Orders", "topic": "Profiles", "keys": "k", "body": "x", "bornTimestamp": 5}',
     b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "tags": "\\ud800"}',
     b'{"topic": "Orders", "body": "\xff", "bornTimestamp": 5}',
+    # bodies that are not UTF-8 as Python's strict codec decides: the per-line parser rejects them
+    b'{"topic": "Orders", "body": "ok \xed\xa0\x80 surrogate", "bornTimestamp": 5}',
+    b'{"topic": "Orders", "body": "\xc0\xaf overlong", "bornTimestamp": 5}',
+    b'{"topic": "Orders", "body": "\xf4\x90\x80\x80 above U+10FFFF", "bornTimestamp": 5}',
+    b'{"topic": "Orders", "body": "cut \xf0\x9f\x98", "bornTimestamp": 5}',
+    b'{"topic": "Orders", "body": "\x80 lone continuation", "bornTimestamp": 5}',
+    b'{"topic": "Orders", "body": "\xef\xbf\xbf\xf4\x8f\xbf\xbf edges", "bornTimestamp": 5}',
     b'{"topic": "Orders", "body": "x", "bornTimestamp": 5, "extra": 1}',
     b'{"topic": "Orders", "body": "x"',
     b"",
@@ -290,3 +297,36 @@ def test_message_columns_follow_the_parsed_message_fields():
     from rmqlake.ingest.message import MESSAGE_TYPES, ParsedMessage
 
     assert list(MESSAGE_TYPES) == list(ParsedMessage._fields)
+
+
+def _strict_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_the_whole_array_utf8_check_agrees_with_python_value_by_value():
+    """``all_utf8`` (the block route's one check of a block's bodies) against Python's strict codec, per value:
+    a multi-byte character split across two values is two bad values, though the buffer is valid UTF-8."""
+    import random
+
+    import pyarrow as pa
+
+    from rmqlake.ingest.blocks import all_utf8
+
+    pieces = [b"a", b"", b"\xc3\xa9", b"\xe4\xb8\xad", b"\xf0\x9f\x98\x80", b"\xff", b"\x80", b"\xc0\xaf",
+              b"\xed\xa0\x80", b"\xed\x9f\xbf", b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf0\x9f", b"\x00",
+              b"\xef\xbb\xbf", b"\xe0\x80\x80", b"\xf8\x88\x80\x80\x80"]  # fmt: skip
+    generator = random.Random(23)
+    for _ in range(400):
+        values = [
+            b"".join(generator.choices(pieces, k=generator.randrange(0, 6))) for _ in range(generator.randrange(1, 5))
+        ]
+        expected = all(_strict_utf8(value) for value in values)
+        array = pa.array(values, pa.binary())
+        assert all_utf8(array) == expected, values
+        assert all_utf8(array.slice(1)) == all(_strict_utf8(value) for value in values[1:]), values
+    split = pa.array([b"x\xe4\xb8", b"\xad"], pa.binary())  # the buffer "x中" is valid, the values are not
+    assert not all_utf8(split)

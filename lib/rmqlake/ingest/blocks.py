@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -234,11 +235,8 @@ class _Block:
 
     def _check_utf8(self, bodies: pa.Array, rows: np.ndarray) -> None:
         """Leave the bodies of ``rows`` that are not valid UTF-8 to the per-line parser (one check of the whole
-        array in Arrow; line by line only when it fails)."""
-        text = pa.Array.from_buffers(pa.string(), len(bodies), bodies.buffers(), offset=bodies.offset)
-        try:
-            text.validate(full=True)
-        except pa.ArrowInvalid:
+        array; line by line only when it fails)."""
+        if not all_utf8(bodies):
             for position in np.flatnonzero(rows):
                 try:
                     bodies[int(position)].as_py().decode("utf-8")
@@ -493,6 +491,20 @@ def _offsets(array: pa.Array) -> np.ndarray:
     """The value offsets of a binary or string array (``len + 1`` int64)."""
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)
     return offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
+
+
+def all_utf8(values: pa.Array) -> bool:
+    """Whether every value of a binary array is valid UTF-8 as Python's strict codec decides (no surrogates,
+    no overlong forms, nothing above U+10FFFF).
+
+    polars' check (simdutf8) runs at several GB/s; Arrow's own (``validate(full=True)``) runs at about 1 GB/s on
+    text with many multi-byte characters, a tenth of the parse.
+    """
+    try:
+        pl.from_arrow(values).cast(pl.String, strict=True)
+    except pl.exceptions.PolarsError:
+        return False
+    return True
 
 
 def _body_crcs(bodies: pa.Array) -> pa.Array:

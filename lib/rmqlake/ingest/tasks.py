@@ -553,11 +553,16 @@ WRITTEN = columns(
 )
 
 
-# Columns worth dictionary pages (few distinct values); trying it on bodies and ids only costs time.
+# Columns worth dictionary pages (few distinct values); trying it on bodies, ids, offsets and times (nearly one
+# value per row) only costs time, and their plain pages are no bigger.
 _DICTIONARY_COLUMNS = [
     name
     for name in COMMITLOG_FILE_SCHEMA.names
-    if name not in ("body", "properties_bytes", "properties", "msg_id", "uniq_key", "physical_offset", "body_crc")
+    if name
+    not in (
+        *("body", "properties_bytes", "properties", "msg_id", "uniq_key", "physical_offset", "body_crc"),
+        *("queue_offset", "born_timestamp", "born_time", "store_timestamp", "store_time", "source_line"),
+    )
 ]
 
 
