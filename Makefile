@@ -71,6 +71,7 @@ lint: $(STAMP) ## ruff check and format check
 bench: $(STAMP) $(JARS_STAMP) ## benchmarks: figures and ratios against baselines measured in the same run
 	$(BIN)/python bench/ingest_bench.py
 	$(BIN)/python bench/reput_bench.py
+	$(BIN)/python bench/lookup_bench.py
 	$(BIN)/python bench/compact_bench.py
 	$(BIN)/python bench/expire_bench.py
 	$(BIN)/python bench/export_bench.py

@@ -31,7 +31,7 @@ from rmqlake.formats.javahash import index_key, index_key_hash
 from rmqlake.formats.msgid import decode_offset_msg_id
 from rmqlake.formats.properties import split_keys
 from rmqlake.formats.segment import segment_file_name, segment_start
-from rmqlake.lake import Lake
+from rmqlake.lake import Lake, lookup
 from rmqlake.lake.lake import holds_any
 from rmqlake.lake.state import QueueId
 from rmqlake.lake.tables import COMMITLOG
@@ -72,15 +72,27 @@ MESSAGE_VIEW_COLUMNS = COMMITLOG.schema.select(
 ).names
 
 
-def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int) -> dict[int, dict]:
+def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int, cached: bool = True) -> dict[int, dict]:
     """Commitlog rows starting at ``offsets``, reading only the segments they fall in.
 
     Offsets whose segment is gone (expired) or that are not a record start are absent from the result.
+    ``cached``: from the file lists and footers a warm process keeps (``rmqlake.lake.lookup``); else
+    everything is read again from the Delta log and the footers (the reference route).
     """
     wanted = sorted(set(offsets))
     if not wanted:
         return {}
     segments = {segment_file_name(segment_start(o, segment_size)) for o in wanted}
+    if cached:
+        table = lookup.read_rows(
+            lake,
+            "commitlog",
+            column="physical_offset",
+            values=wanted,
+            columns=MESSAGE_VIEW_COLUMNS,
+            values_in=lambda file, values: values if str(file.partition.get("segment")) in segments else values[:0],
+        )
+        return {row["physical_offset"]: row for row in table.to_pylist()}
     files = [
         stats["path"]
         for stats in lake.file_stats("commitlog", ["physical_offset"])
@@ -124,12 +136,22 @@ class SlotEntries(Mapping):
 
 
 class IndexReader:
-    """Index files of the lake, read one slot at a time (and cached for the query)."""
+    """Index files of the lake, read one slot at a time (and cached for the query).
 
-    def __init__(self, lake: Lake, *, slots: int):
+    ``cached``: headers and slots read through the file lists and footers a warm process keeps
+    (``rmqlake.lake.lookup``); else with a dataset scan each time (the reference route).
+    """
+
+    def __init__(self, lake: Lake, *, slots: int, cached: bool = True):
         self.lake = lake
         self.slots = slots
-        rows = lake.read_arrow("indexfile_header").to_pylist()
+        self.cached = cached
+        if cached and lake.exists("indexfile_header"):
+            rows = lookup.snapshot_value(
+                lake, "indexfile_header", "rows", lambda: lake.read_arrow("indexfile_header").to_pylist()
+            )
+        else:
+            rows = lake.read_arrow("indexfile_header").to_pylist()
         self.files = sorted(rows, key=lambda h: h["index_file"])
         self._slot_cache: dict[tuple[str, int], SlotEntries] = {}
         self.files_read = 0
@@ -137,12 +159,23 @@ class IndexReader:
     def slot_entries(self, file: str, slot: int) -> SlotEntries:
         cache_key = (file, slot)
         if cache_key not in self._slot_cache:
-            table = self.lake.scan(
-                "indexfile",
-                columns=["index_no", "key_hash", "phy_offset", "time_diff", "prev_index"],
-                partitions=[("index_file", "=", file)],
-                filter=ds.field("slot") == slot,
-            )
+            columns = ["index_no", "key_hash", "phy_offset", "time_diff", "prev_index"]
+            if self.cached:
+                table = lookup.read_rows(
+                    self.lake,
+                    "indexfile",
+                    column="slot",
+                    values=[slot],
+                    columns=columns,
+                    values_in=lambda f, values: values if str(f.partition.get("index_file")) == file else values[:0],
+                )
+            else:
+                table = self.lake.scan(
+                    "indexfile",
+                    columns=columns,
+                    partitions=[("index_file", "=", file)],
+                    filter=ds.field("slot") == slot,
+                )
             self.files_read += 1
             self._slot_cache[cache_key] = SlotEntries(table)
         return self._slot_cache[cache_key]
@@ -179,7 +212,14 @@ class IndexReader:
 
 
 def _lookup(
-    lake: Lake, reader: IndexReader, *, index_text: str, begin: int, end: int, max_num: int, segment_size: int
+    lake: Lake,
+    reader: IndexReader,
+    *,
+    index_text: str,
+    begin: int,
+    end: int,
+    max_num: int,
+    segment_size: int,
 ) -> tuple[list[dict], int]:
     """``DefaultMessageStore.queryMessage``: up to 3 rounds of index query + message reads."""
     found: list[dict] = []
@@ -191,7 +231,7 @@ def _lookup(
             break
         hits = len(offsets)
         offsets.sort()
-        messages = read_messages(lake, offsets, segment_size=segment_size)
+        messages = read_messages(lake, offsets, segment_size=segment_size, cached=reader.cached)
         if offsets[0] in messages:
             last_query_time = messages[offsets[0]]["store_timestamp"]
         found = [messages[o] for o in offsets if o in messages]
@@ -210,19 +250,21 @@ def query_key(
     max_num: int = MAX_QUERY_RESULTS,
     slots: int,
     segment_size: int,
+    cached: bool = True,
 ) -> dict:
     """Messages of ``topic`` whose KEYS contain ``key`` (``rmqlake query key``).
 
     Index lookup exactly as the broker does it (at most 64 offsets; store
     times compared at second precision), then the real topic and key are
     re-checked on each message, as the client does, so hash collisions never
-    return another key's message.
+    return another key's message. ``cached=False`` reads every file list and
+    footer again (the reference route; same answer).
 
     Returns:
         ``{"rows": [...], "metrics": {index_hits, returned, collisions_removed, index_reads, seconds}}``
     """
     started = time.monotonic()
-    reader = IndexReader(lake, slots=slots)
+    reader = IndexReader(lake, slots=slots, cached=cached)
     found, hits = _lookup(
         lake, reader, index_text=index_key(topic, key), begin=begin, end=end, max_num=max_num, segment_size=segment_size
     )

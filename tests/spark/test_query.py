@@ -115,6 +115,7 @@ def test_index_walk_equals_the_reference_for_every_key_and_window(store):
         result = key_query(store, key, topic=topic)
         expected = [m["physical_offset"] for m in broker.messages if m["topic"] == topic and key in m["keys"]]
         assert [r["physical_offset"] for r in result["rows"]] == expected[-64:], (topic, key)
+        assert result["rows"] == key_query(store, key, topic=topic, cached=False)["rows"]  # the reference route
 
 
 def test_time_filter_compares_second_truncated_times_inclusively(store):

@@ -1,0 +1,187 @@
+"""Point reads of a table by an integer column, with what a warm process may keep between lookups.
+
+``Lake.lookup`` answers each call from the Delta snapshot and the Parquet
+footers it reads again; a process that answers many lookups (a notebook
+holding ``rmqlake.open``, a service) keeps instead:
+
+* per table snapshot (table id and version: a commit, an expiry or a
+  compaction makes a new version, and a table created anew at the same path
+  has a new id), its data files with their partition values;
+* per data file (its path and size: Delta never rewrites a file in place),
+  its footer and the min/max of the looked-up column per row group, as
+  sorted NumPy arrays.
+
+A lookup then picks the row groups that can hold the wanted values with a
+vectorised search and reads just those, file by file, with the footer
+already parsed. Rows are the same as ``Lake.lookup``'s; only what is read
+again differs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from rmqlake.lake.deltars import log_path_to_relative
+from rmqlake.lake.tables import table_spec
+
+if TYPE_CHECKING:
+    from rmqlake.lake.lake import Lake
+
+SNAPSHOTS_KEPT = 32  # table versions kept (each is a file list: small)
+FOOTERS_KEPT = 4096  # data files whose footer is kept (a footer of a 100 MB file is a few hundred KB)
+
+
+@dataclass(frozen=True)
+class DataFileLayout:
+    """A data file of a table version: where it is, its partition values, and its row groups' bounds."""
+
+    path: str  # relative to the table folder, decoded
+    size: int
+    partition: dict
+    metadata: pq.FileMetaData
+    lows: np.ndarray  # per row group, min of the column (row groups without statistics: -inf .. +inf)
+    highs: np.ndarray
+
+    def groups_holding(self, wanted: np.ndarray) -> list[int]:
+        """Row groups whose [min, max] holds one of ``wanted`` (sorted)."""
+        if not len(wanted) or not len(self.lows):
+            return []
+        position = np.searchsorted(wanted, self.lows, side="left")
+        inside = position < len(wanted)
+        inside[inside] = wanted[position[inside]] <= self.highs[inside]
+        return np.flatnonzero(inside).tolist()
+
+
+class _Lru:
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key, build: Callable[[], object]):
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = build()
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+_snapshots = _Lru(SNAPSHOTS_KEPT)
+_footers = _Lru(FOOTERS_KEPT)
+
+
+def clear_caches() -> None:
+    """Forget every kept snapshot file list and footer (the next lookup reads them again)."""
+    _snapshots.clear()
+    _footers.clear()
+
+
+def cache_sizes() -> dict[str, int]:
+    return {"snapshots": len(_snapshots), "footers": len(_footers)}
+
+
+def _bounds(metadata: pq.FileMetaData, column: str) -> tuple[np.ndarray, np.ndarray]:
+    groups = metadata.num_row_groups
+    lows = np.full(groups, np.iinfo(np.int64).min, dtype=np.int64)
+    highs = np.full(groups, np.iinfo(np.int64).max, dtype=np.int64)
+    leaf = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column), None)
+    for number in range(groups if leaf is not None else 0):
+        stats = metadata.row_group(number).column(leaf).statistics
+        if stats is not None and stats.has_min_max:
+            lows[number], highs[number] = stats.min, stats.max
+    return lows, highs
+
+
+def _files(lake: Lake, table: str) -> tuple[tuple, list[tuple[str, int, dict]]]:
+    """The snapshot's identity and its data files (path, size, partition values), as the engine pins it."""
+    dt = lake.engine.open(table)
+    identity = (lake.engine.uri(table), dt.metadata().id, dt.version())
+
+    def listed():
+        actions = pa.table(dt.get_add_actions(flatten=False))
+        wanted = [name for name in ("path", "size_bytes", "partition") if name in actions.column_names]
+        return [
+            (log_path_to_relative(row["path"]), row["size_bytes"], row.get("partition") or {})
+            for row in actions.select(wanted).to_pylist()
+        ]
+
+    return identity, _snapshots.get(identity, listed)
+
+
+def table_layout(lake: Lake, table: str, column: str) -> list[DataFileLayout]:
+    """The data files of ``table`` as the lake reads it now, each with its row groups' bounds of ``column``."""
+    identity, files = _files(lake, table)
+
+    def layout(path: str, size: int, partition: dict) -> DataFileLayout:
+        key = (identity[0], path, size, column)
+
+        def read() -> DataFileLayout:
+            with lake.storage.open_mapped(f"{table}/{path}") as source:
+                metadata = pq.read_metadata(source)
+            return DataFileLayout(path, size, partition, metadata, *_bounds(metadata, column))
+
+        return _footers.get(key, read)
+
+    return [layout(*f) for f in files]
+
+
+def snapshot_value(lake: Lake, table: str, name: str, build: Callable[[], object]):
+    """``build()`` computed once per snapshot of ``table`` (e.g. a small table's rows), kept like its file list."""
+    identity, _ = _files(lake, table)
+    return _snapshots.get((*identity, name), build)
+
+
+def read_rows(
+    lake: Lake,
+    table: str,
+    *,
+    column: str,
+    values: Sequence[int],
+    columns: Sequence[str],
+    values_in: Callable[[DataFileLayout, np.ndarray], np.ndarray] | None = None,
+) -> pa.Table:
+    """Rows whose ``column`` is one of ``values``: ``Lake.lookup``'s rows, from kept file lists and footers.
+
+    ``values_in(file, values)`` narrows the values looked for in a file (e.g.
+    to those of its partition); an empty answer skips the file. ``columns``
+    are stored columns (not partition columns).
+    """
+    schema = table_spec(table).arrow_schema
+    wanted_all = np.unique(np.asarray(list(values), dtype=np.int64))
+    pieces = []
+    if len(wanted_all) and lake.exists(table):
+        for layout in table_layout(lake, table, column):
+            wanted = wanted_all if values_in is None else values_in(layout, wanted_all)
+            groups = layout.groups_holding(wanted)
+            if not groups:
+                continue
+            with lake.storage.open_mapped(f"{table}/{layout.path}") as source:
+                data = pq.ParquetFile(source, metadata=layout.metadata).read_row_groups(
+                    groups, columns=list(dict.fromkeys([*columns, column]))
+                )
+            data = data.filter(pc.is_in(data.column(column), pa.array(wanted, data.schema.field(column).type)))
+            pieces.append(data.select(list(columns)))
+    if not pieces:
+        return schema.empty_table().select(list(columns))
+    return pa.concat_tables(pieces)
