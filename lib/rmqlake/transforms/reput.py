@@ -5,10 +5,13 @@ The broker's ReputMessageService dispatches one record at a time. Here:
 * ConsumeQueue units need nothing sequential (queue offsets were assigned
   at ingest): one row per NOT_TYPE/COMMIT message, tagsCode as the broker computes it.
 * IndexFile entries are numbered in dispatch order (physical offset, then
-  the key's position in the message): per-partition counts of a range-sorted
-  frame give each partition its first ordinal, which fixes each entry's file
-  and entry number; ``prev_index`` is the previous entry of the same file and
-  slot (a window), seeded for the open file by its last entry per slot.
+  the key's position in the message). One pass (``dispatch``) gives the units,
+  the keys numbered within each run of contiguous commitlog records, and one
+  small row per run with its key count: prefix sums of the counts, in offset
+  order, give each run its first ordinal, which fixes each entry's file and
+  entry number. (Should runs overlap, ``order_keys`` numbers the keys by a
+  global range sort instead.) ``prev_index`` is the previous entry of the same
+  file and slot (a window), seeded for the open file by its last entry per slot.
 """
 
 from __future__ import annotations
