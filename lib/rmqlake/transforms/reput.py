@@ -5,14 +5,18 @@ The broker's ReputMessageService dispatches one record at a time. Here:
 * ConsumeQueue units need nothing sequential (queue offsets were assigned
   at ingest): one row per NOT_TYPE/COMMIT message, tagsCode as the broker computes it.
 * IndexFile entries are numbered in dispatch order (physical offset, then
-  the key's position in the message): per-partition counts of a range-sorted
-  frame give each partition its first ordinal, which fixes each entry's file
-  and entry number; ``prev_index`` is the previous entry of the same file and
-  slot (a window), seeded for the open file by its last entry per slot.
+  the key's position in the message). One pass (``dispatch``) gives the units,
+  the keys numbered within each run of contiguous commitlog records, and one
+  small row per run with its key count: prefix sums of the counts, in offset
+  order, give each run its first ordinal, which fixes each entry's file and
+  entry number. (Should runs overlap, ``order_keys`` numbers the keys by a
+  global range sort instead.) ``prev_index`` is the previous entry of the same
+  file and slot (a window), seeded for the open file by its last entry per slot.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -156,6 +160,235 @@ def index_keys_of_batch(batch: pa.RecordBatch, *, slots: int) -> pa.RecordBatch:
     )
 
 
+# What one pass over the commitlog gives (``dispatch``): every row is one of these kinds.
+UNIT, KEY, RUN, BATCH = 0, 1, 2, 3
+DISPATCHED = columns(
+    ("kind", "int", "0: a CQ unit, 1: an index key, 2: a run of index keys, 3: a batch of commitlog rows"),
+    ("topic", "string", "unit, key: the message's topic"),
+    ("queue_id", "int", "unit: the queue"),
+    ("queue_offset", "bigint", "unit: the queue offset"),
+    ("physical_offset", "bigint", "unit, key: the message's offset; run: its first key's; batch: its last unit's"),
+    ("total_size", "int", "unit: the message's total size"),
+    ("tags_code", "bigint", "unit: the tagsCode"),
+    ("store_timestamp", "bigint", "unit, key: the message's store time; run: its first key's; batch: last unit's"),
+    ("cq_file", "string", "unit: the CQ file name"),
+    ("key_pos", "int", "key: the key's position among the message's index keys"),
+    ("key_hash", "int", "key: abs(String.hashCode) of topic#key"),
+    ("slot", "int", "key: the hash slot"),
+    ("run_start", "bigint", "key, run: the physical offset of the run's first key (names the run)"),
+    ("local_no", "bigint", "key: 0-based position in its run, in dispatch order; run: its keys; batch: its rows"),
+    ("last_offset", "bigint", "run: the physical offset of its last key"),
+    ("last_timestamp", "bigint", "run: the store time of its last key"),
+    ("units", "bigint", "batch: its CQ units"),
+)
+_DISPATCHED_SCHEMA = DISPATCHED.arrow_schema
+
+
+def _dispatched(kind: int, count: int, values: Mapping[str, pa.Array]) -> pa.RecordBatch:
+    """``count`` rows of ``kind``; the columns not in ``values`` are null."""
+    arrays = [pa.array(np.full(count, kind, np.int32))]
+    for field in list(_DISPATCHED_SCHEMA)[1:]:
+        value = values.get(field.name)
+        arrays.append(pa.nulls(count, field.type) if value is None else value.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=_DISPATCHED_SCHEMA)
+
+
+def contiguous_runs(offsets: np.ndarray, sizes: np.ndarray) -> list[tuple[int, int]]:
+    """(start, stop) row slices of the maximal runs of records that follow each other in the commitlog
+    (each at the previous one's offset + size).
+
+    A Spark task may read several commitlog files in one batch, in any order;
+    a run is a stretch of the commitlog that no other task's rows fall into.
+    """
+    if not len(offsets):
+        return []
+    follows = offsets[1:] == offsets[:-1] + sizes[:-1].astype(np.int64)
+    bounds = [0, *(np.flatnonzero(~follows) + 1).tolist(), len(offsets)]
+    return list(itertools.pairwise(bounds))
+
+
+def dispatch_batch(
+    batch: pa.RecordBatch,
+    *,
+    units_per_file: int,
+    slots: int,
+    index: bool = True,
+    delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE,
+) -> list[pa.RecordBatch]:
+    """Everything reput needs of one batch of commitlog rows, in ``DISPATCHED`` rows.
+
+    CQ units (``cq_units_of_batch``); with ``index``, the index keys
+    (``index_keys_of_batch``) of each run of increasing physical offsets, in
+    dispatch order and numbered within the run, one RUN row per run that has
+    keys (its count, first and last key); one BATCH row (rows read, units,
+    the last unit's offset and store time).
+    """
+    out = []
+    units = cq_units_of_batch(batch, units_per_file=units_per_file, delay_levels=delay_levels)
+    if units.num_rows:
+        out.append(
+            _dispatched(
+                UNIT,
+                units.num_rows,
+                {
+                    "topic": units.column("topic"),
+                    "queue_id": units.column("queue_id"),
+                    "queue_offset": units.column("queue_offset"),
+                    "physical_offset": units.column("commitlog_offset"),
+                    "total_size": units.column("size"),
+                    "tags_code": units.column("tags_code"),
+                    "store_timestamp": units.column("store_timestamp"),
+                    "cq_file": units.column("cq_file"),
+                },
+            )
+        )
+    if index:
+        offsets = batch.column("physical_offset").to_numpy(zero_copy_only=False)
+        sizes = batch.column("total_size").to_numpy(zero_copy_only=False)
+        for start, stop in contiguous_runs(offsets, sizes):
+            keys = index_keys_of_batch(batch.slice(start, stop - start), slots=slots)
+            if not keys.num_rows:
+                continue
+            order = np.lexsort(
+                (keys.column("key_pos").to_numpy(zero_copy_only=False), keys.column("physical_offset").to_numpy())
+            )
+            keys = keys.take(pa.array(order))
+            key_offsets = keys.column("physical_offset")
+            key_times = keys.column("store_timestamp")
+            count, first, last = keys.num_rows, key_offsets[0].as_py(), key_offsets[-1].as_py()
+            out.append(
+                _dispatched(
+                    KEY,
+                    count,
+                    {
+                        "topic": keys.column("topic"),
+                        "physical_offset": key_offsets,
+                        "store_timestamp": key_times,
+                        "key_pos": keys.column("key_pos"),
+                        "key_hash": keys.column("key_hash"),
+                        "slot": keys.column("slot"),
+                        "run_start": pa.array(np.full(count, first, np.int64)),
+                        "local_no": pa.array(np.arange(count, dtype=np.int64)),
+                    },
+                )
+            )
+            out.append(
+                _dispatched(
+                    RUN,
+                    1,
+                    {
+                        "physical_offset": pa.array([first], pa.int64()),
+                        "store_timestamp": key_times.slice(0, 1),
+                        "run_start": pa.array([first], pa.int64()),
+                        "local_no": pa.array([count], pa.int64()),
+                        "last_offset": pa.array([last], pa.int64()),
+                        "last_timestamp": key_times.slice(count - 1, 1),
+                    },
+                )
+            )
+    last_unit = {}
+    if units.num_rows:
+        newest = int(np.argmax(units.column("commitlog_offset").to_numpy(zero_copy_only=False)))
+        last_unit = {
+            "physical_offset": units.column("commitlog_offset").slice(newest, 1),
+            "store_timestamp": units.column("store_timestamp").slice(newest, 1),
+        }
+    out.append(
+        _dispatched(
+            BATCH,
+            1,
+            {
+                "local_no": pa.array([batch.num_rows], pa.int64()),
+                "units": pa.array([units.num_rows], pa.int64()),
+                **last_unit,
+            },
+        )
+    )
+    return out
+
+
+def dispatch(
+    messages,
+    *,
+    units_per_file: int,
+    slots: int,
+    index: bool = True,
+    delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE,
+):
+    """One pass over the commitlog rows: ``DISPATCHED`` rows (``dispatch_batch`` of each Arrow batch)."""
+
+    def rows(batches):
+        for batch in batches:
+            yield from dispatch_batch(
+                batch, units_per_file=units_per_file, slots=slots, index=index, delay_levels=delay_levels
+            )
+
+    return messages.select(*DISPATCH_COLUMNS).mapInArrow(rows, DISPATCHED.ddl)
+
+
+@dataclass(frozen=True)
+class KeyRun:
+    """A run of index keys in dispatch order, as one task read it: its first and last key, its key count."""
+
+    start: int
+    count: int
+    first_timestamp: int
+    last_offset: int
+    last_timestamp: int
+
+
+@dataclass(frozen=True)
+class DispatchSummary:
+    """The BATCH and RUN rows of a dispatch, added up on the driver."""
+
+    messages: int
+    units: int
+    last_unit_timestamp: int | None
+    runs: tuple[KeyRun, ...]
+
+
+def summarize(rows: Iterable[Mapping]) -> DispatchSummary:
+    """Messages read, CQ units and the store time of the last one, and the key runs in physical order."""
+    messages = units = 0
+    last_unit = None
+    runs = []
+    for row in rows:
+        if row["kind"] == BATCH:
+            messages += row["local_no"]
+            units += row["units"]
+            if row["physical_offset"] is not None and (last_unit is None or row["physical_offset"] > last_unit[0]):
+                last_unit = (row["physical_offset"], row["store_timestamp"])
+        elif row["kind"] == RUN:
+            runs.append(
+                KeyRun(
+                    row["run_start"], row["local_no"], row["store_timestamp"], row["last_offset"], row["last_timestamp"]
+                )
+            )
+    runs.sort(key=lambda run: run.start)
+    return DispatchSummary(messages, units, None if last_unit is None else last_unit[1], tuple(runs))
+
+
+def runs_are_disjoint(runs: Iterable[KeyRun]) -> bool:
+    """Whether the runs (sorted by start) cover disjoint offset ranges: then the dispatch order is the runs in
+    order, each in its own order, and a key's ordinal is its run's first ordinal plus its place in the run."""
+    previous = None
+    for run in runs:
+        if previous is not None and run.start <= previous.last_offset:
+            return False
+        previous = run
+    return True
+
+
+def run_timestamps(runs: Iterable[KeyRun], plan: IndexPlan) -> dict[int, int]:
+    """ordinal → store time of each run's first and last key (``plan.partition_starts`` numbers the runs)."""
+    times = {}
+    for run in runs:
+        first = plan.partition_starts[run.start]
+        times[first] = run.first_timestamp
+        times[first + run.count - 1] = run.last_timestamp
+    return times
+
+
 def _ranks_in_order(groups: np.ndarray) -> np.ndarray:
     """0-based position of each element within its run of equal, adjacent values (groups are sorted)."""
     if not len(groups):
@@ -287,6 +520,18 @@ def add_ordinals(ordered_keys, *, partition_starts: Mapping[int, int]):
     starts = F.create_map(*[F.lit(value) for item in sorted(partition_starts.items()) for value in item])
     return ordered_keys.withColumn(
         "ordinal", (F.element_at(starts, F.col("partition")) + F.col("local_no")).cast("bigint")
+    )
+
+
+def add_run_ordinals(spark, keys, *, run_starts: Mapping[int, int]):
+    """``ordinal`` of ``dispatch``'s keys: their run's first ordinal (``run_starts``) plus their place in it."""
+    from pyspark.sql import functions as F
+
+    starts = spark.createDataFrame(sorted(run_starts.items()), "run_start bigint, run_first bigint")
+    return (
+        keys.join(F.broadcast(starts), "run_start")
+        .withColumn("ordinal", (F.col("run_first") + F.col("local_no")).cast("bigint"))
+        .drop("run_first")
     )
 
 

@@ -1,0 +1,179 @@
+"""Index entries numbered per run of the commitlog (one pass, per-run counts) against the global dispatch order."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from rmqlake.formats.consumequeue import SCHEDULE_TOPIC
+from rmqlake.transforms.reput import (
+    BATCH,
+    KEY,
+    RUN,
+    UNIT,
+    KeyRun,
+    OpenIndexFile,
+    contiguous_runs,
+    cq_units_of_batch,
+    dispatch_batch,
+    index_keys_of_batch,
+    name_new_files,
+    plan_index,
+    run_timestamps,
+    runs_are_disjoint,
+    summarize,
+)
+
+SEGMENT = 64 * 1024
+SLOTS = 97
+_SCHEMA = pa.schema(
+    [
+        ("physical_offset", pa.int64()),
+        ("total_size", pa.int32()),
+        ("sys_flag", pa.int32()),
+        ("store_timestamp", pa.int64()),
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("queue_offset", pa.int64()),
+        ("tags", pa.string()),
+        ("uniq_key", pa.string()),
+        ("keys_property", pa.string()),
+        ("delay_property", pa.string()),
+    ]
+)
+
+
+def _commitlog(count: int, seed: int, *, indexed: bool = True) -> list[dict]:
+    """Records back to back, a segment's tail left as padding; store times that may go backwards."""
+    rng = random.Random(seed)
+    rows, offset, stored = [], 0, 1_700_000_000_000
+    for i in range(count):
+        size = rng.choice([120, 300, 1000, 4000])
+        if offset % SEGMENT + size > SEGMENT:  # the rest of the segment is padding: the next record starts a new one
+            offset = (offset // SEGMENT + 1) * SEGMENT
+        topic = rng.choice(
+            [
+                "Orders",
+                "订单Topic",
+                SCHEDULE_TOPIC,
+                "RMQ_SYS_TRANS_HALF_TOPIC",
+                "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                "t" * 200,
+            ]
+        )
+        stored += rng.choice([0, 1, 999, 1000, 5000, -2000])
+        rows.append(
+            {
+                "physical_offset": offset,
+                "total_size": size,
+                "sys_flag": rng.choice([0, 4, 8, 12, 0x2C] if indexed else [12, 0x2C]),
+                "store_timestamp": stored,
+                "topic": topic,
+                "queue_id": rng.randrange(4),
+                "queue_offset": i,
+                "tags": rng.choice([None, "", "TagA"]),
+                "uniq_key": rng.choice([None, f"{rng.getrandbits(64):016X}"]),
+                "keys_property": rng.choice([None, "", "k1", "k1 k2", "  a   b ", "ключ x"]),
+                "delay_property": rng.choice([None, "3", "x"]) if topic == SCHEDULE_TOPIC else None,
+            }
+        )
+        offset += size
+    return rows
+
+
+def _packed_batches(rows: list[dict], seed: int) -> list[pa.RecordBatch]:
+    """The commitlog cut into file-like slices, read by tasks in any order, several slices to a batch."""
+    rng = random.Random(seed)
+    cuts = sorted({0, len(rows), *rng.sample(range(1, len(rows)), 12)})
+    slices = [rows[a:b] for a, b in itertools.pairwise(cuts)]
+    rng.shuffle(slices)
+    batches = []
+    while slices:
+        take = rng.randint(1, 3)
+        batch_rows = [row for piece in slices[:take] for row in piece]
+        slices = slices[take:]
+        batches.append(pa.RecordBatch.from_pylist(batch_rows, schema=_SCHEMA))
+    batches.append(pa.RecordBatch.from_pylist([], schema=_SCHEMA))  # an empty batch
+    return batches
+
+
+def _dispatched(batches: list[pa.RecordBatch]) -> pa.Table:
+    out = [part for batch in batches for part in dispatch_batch(batch, units_per_file=50, slots=SLOTS)]
+    return pa.Table.from_batches(out)
+
+
+def _global_order(rows: list[dict]) -> list[dict]:
+    """The reference: every index key, sorted by (physical offset, position in the message)."""
+    keys = index_keys_of_batch(pa.RecordBatch.from_pylist(rows, schema=_SCHEMA), slots=SLOTS).to_pylist()
+    return sorted(keys, key=lambda k: (k["physical_offset"], k["key_pos"]))
+
+
+def test_contiguous_runs_split_where_a_record_does_not_follow_the_previous_one():
+    offsets = np.array([0, 10, 30, 100, 110, 0, 10], np.int64)
+    sizes = np.array([10, 20, 5, 10, 10, 10, 10], np.int32)
+    assert contiguous_runs(offsets, sizes) == [(0, 3), (3, 5), (5, 7)]
+    assert contiguous_runs(np.zeros(0, np.int64), np.zeros(0, np.int32)) == []
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_per_run_numbering_equals_the_global_order(seed):
+    rows = _commitlog(600, seed)
+    table = _dispatched(_packed_batches(rows, seed))
+    summary = summarize(table.filter(pa.compute.greater_equal(table.column("kind"), RUN)).to_pylist())
+    assert runs_are_disjoint(summary.runs) and len(summary.runs) > 12
+    # an open file with little room and small files: several roll over inside a run
+    open_file = OpenIndexFile("20231114221320000", 7, 1_699_999_000_000, 1_699_999_900_000, 0, 0, 3)
+    plan = plan_index({run.start: run.count for run in summary.runs}, open_file=open_file, max_entries=61)
+    keys = table.filter(pa.compute.equal(table.column("kind"), KEY)).to_pylist()
+    numbered = sorted(keys, key=lambda k: plan.partition_starts[k["run_start"]] + k["local_no"])
+    expected = _global_order(rows)
+    assert len(numbered) == len(expected) == plan.total > 500
+    fields = ["physical_offset", "key_pos", "store_timestamp", "topic", "key_hash", "slot"]
+    assert [{f: k[f] for f in fields} for k in numbered] == expected
+    assert sorted(plan.partition_starts[k["run_start"]] + k["local_no"] for k in keys) == list(range(plan.total))
+
+    # the new files' names and time bases: run ends known on the driver, the rest looked up by ordinal
+    by_ordinal = {i: k["store_timestamp"] for i, k in enumerate(expected)}
+    known = run_timestamps(summary.runs, plan)
+    assert all(by_ordinal[o] == t for o, t in known.items())
+    firsts = plan.first_ordinals()
+    assert len(firsts) > 5
+    wanted = {*firsts, *(o - 1 for o in firsts)}
+    times = {o: known.get(o, by_ordinal[o]) for o in wanted}
+    got = name_new_files(plan, times, times, zone="Asia/Shanghai", last_name=open_file.name)
+    want = name_new_files(plan, by_ordinal, by_ordinal, zone="Asia/Shanghai", last_name=open_file.name)
+    assert got == want
+
+
+def test_summary_counts_messages_units_and_the_last_unit():
+    rows = _commitlog(500, 7)
+    batches = _packed_batches(rows, 7)
+    table = _dispatched(batches)
+    summary = summarize(table.filter(pa.compute.greater_equal(table.column("kind"), RUN)).to_pylist())
+    units = pa.Table.from_batches([cq_units_of_batch(b, units_per_file=50) for b in batches]).to_pylist()
+    assert summary.messages == len(rows)
+    assert summary.units == len(units)
+    assert summary.last_unit_timestamp == max(units, key=lambda u: u["commitlog_offset"])["store_timestamp"]
+    got = table.filter(pa.compute.equal(table.column("kind"), UNIT))
+    assert sorted(
+        zip(*(got.column(c).to_pylist() for c in ("physical_offset", "tags_code", "cq_file")), strict=True)
+    ) == sorted((u["commitlog_offset"], u["tags_code"], u["cq_file"]) for u in units)
+    assert table.filter(pa.compute.equal(table.column("kind"), BATCH)).num_rows == len(batches)
+
+
+def test_runs_of_records_that_are_never_indexed_make_no_run():
+    rows = _commitlog(200, 4, indexed=False)
+    table = _dispatched(_packed_batches(rows, 4))
+    summary = summarize(table.filter(pa.compute.greater_equal(table.column("kind"), RUN)).to_pylist())
+    assert summary.runs == () and summary.messages == 200
+    assert plan_index({}, open_file=None, max_entries=61).total == 0
+
+
+def test_overlapping_runs_are_detected():
+    assert runs_are_disjoint([KeyRun(0, 3, 1, 90, 2), KeyRun(100, 1, 3, 100, 3)])
+    assert not runs_are_disjoint([KeyRun(0, 3, 1, 100, 2), KeyRun(100, 1, 3, 100, 3)])
+    assert not runs_are_disjoint([KeyRun(0, 3, 1, 500, 2), KeyRun(100, 1, 3, 200, 3)])
