@@ -33,11 +33,12 @@ import shutil
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
 from rmqlake.config import Settings
@@ -60,16 +61,16 @@ from rmqlake.lake.state import (
     TopicTotals,
 )
 from rmqlake.lake.tables import COMMITLOG, SEGMENTS
-from rmqlake.progress import Stages
+from rmqlake.progress import JOB_DESCRIPTION, JOB_GROUP, Stages
 from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.store import (
     IMPORTED,
-    read_segment_file,
     write_compaction_queue,
     write_cq_file,
     write_index_file,
     write_segment,
 )
+from rmqlake.store.imports import ImportTarget, import_files, import_task
 from rmqlake.store.schedule import schedule_progress
 from rmqlake.timeutil import parse_timestamp, to_datetime
 from rmqlake.transforms.columns import dispatchable
@@ -404,6 +405,12 @@ def _write_metadata(
 
 # -- import ------------------------------------------------------------------------------------
 
+# A commitlog file is read by tasks of about this many bytes: a broker's 1 GiB file is most of a store, and one
+# task for it would leave every other core idle. (Smaller pieces would pay ~50 ms of task start each.)
+IMPORT_PIECE_BYTES = 64 << 20
+_IMPORT_JOBS = 8
+_CORRUPT_DIR = "_corrupt"  # hidden from the staged files that are committed
+
 
 def store_segment_names(store_dir: str, *, segment_size: int) -> list[str]:
     """The commitlog file names of the broker store at ``store_dir``, checked without Spark.
@@ -485,37 +492,37 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
             f"the lake at {run.lake.root} already holds a commitlog; import-store needs an empty lake (--lake)"
         )
     stages = Stages(log)
-    tasks = [(str(root / "commitlog" / name), int(name), name == names[-1]) for name in names]
-    message = ~F.col("blank_end") & F.col("corrupt_reason").isNull()
-    corrupt_row = F.col("corrupt_reason").isNotNull()
+    files = [(str(root / "commitlog" / name), int(name), name == names[-1]) for name in names]
     with stages("read commitlog files") as note:
-        rows = (
-            spark.sparkContext.parallelize(tasks, len(tasks))
-            .toDF("path string, start_offset bigint, last boolean")
-            .mapInArrow(_read_files, IMPORTED.spark_schema)
+        commitlog_dir = run.staging_dir("commitlog")
+        target = ImportTarget(
+            lake_root=run.lake.root,
+            storage_options=dict(settings.lake.storage_options),
+            commitlog_dir=commitlog_dir,
+            corrupt_dir=f"{commitlog_dir}/{_CORRUPT_DIR}",
+            batch_id=run.run_id,
         )
-        # the files are read once: blank records and corrupt ranges are counted on the way to the Parquet writer
-        flags = Observation("imported rows")
-        observed = rows.observe(
-            flags,
-            F.count(F.when(corrupt_row, F.lit(1))).alias("corrupt"),
-            F.collect_set(F.when(F.col("blank_end"), F.col("segment"))).alias("blanks"),
-        )
-        stage_dataframe(run, observed.where(message).withColumn("batch_id", F.lit(run.run_id)), "commitlog")
-        corrupt_count, blanks = flags.get["corrupt"], set(flags.get["blanks"])
-        note.update(files=len(tasks), corrupt=corrupt_count)
-    with stages("totals") as note:
-        messages = (
-            spark.read.schema(COMMITLOG.spark_schema)
-            .option("basePath", run.staging_uri("commitlog"))
-            .parquet(run.staging_uri("commitlog"))
-        )  # the messages just staged (small columns are read, not the bodies)
-        totals = _totals(messages)
+        run_pieces = _in_a_thread(spark, partial(import_task, target=target))
+        with ThreadPoolExecutor(max_workers=_IMPORT_JOBS) as jobs:  # a Spark job per submission, several at once
+            read = import_files(
+                files,
+                target=target,
+                piece_bytes=IMPORT_PIECE_BYTES,
+                submit=lambda tasks: jobs.submit(run_pieces, tasks),
+            )
+        run.collect_staged("commitlog")
+        corrupt_count = sum(r["corrupt"] for r in read)
+        blanks = {os.path.basename(r["path"]) for r in read if r["blank"]}
+        note.update(files=len(files), pieces=len(read), corrupt=corrupt_count)
+    with stages("totals") as note:  # from the tasks' per-queue totals: the staged messages are not read back
+        totals = _fold_totals([queue for r in read for queue in r["queues"]])
         note.update(messages=totals["messages"])
     first_rejected: dict[str, tuple[int, int]] = {}
     if corrupt_count:
-        with stages("corrupt ranges"):  # read again: only a store with damaged bytes pays for it
-            corrupt = rows.where(corrupt_row)
+        with stages("corrupt ranges"):  # only a store with damaged bytes has them
+            corrupt = spark.read.schema(IMPORTED.spark_schema).parquet(
+                run.staging_uri("commitlog") + f"/{_CORRUPT_DIR}"
+            )
             for row in corrupt.select("corrupt_reason").limit(20).collect():  # a sample for the log
                 log.error("corrupt record: %s", row["corrupt_reason"])
             stage_dataframe(
@@ -542,7 +549,7 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
                 .collect()
             }  # one row per damaged segment
     with stages("schedule state"):
-        schedule = _imported_schedule(messages, settings, totals, delay_offsets)
+        schedule = _imported_schedule(lambda: _staged_messages(spark, run), settings, totals, delay_offsets)
     if not totals["messages"]:
         raise InputError(f"{root}/commitlog holds no readable message")
     size = settings.store.commitlog_segment_size
@@ -573,7 +580,7 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
     metrics = {
         "status": "imported",
         "source": str(root),
-        "files": len(tasks),
+        "files": len(files),
         "messages": totals["messages"],
         "corrupt_records": corrupt_count,
         "start_offset": int(names[0]),
@@ -589,8 +596,34 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
     return {**metrics, "table_versions": versions, "seconds": step.seconds(), "stage_seconds": stages.seconds}
 
 
-def _imported_schedule(messages, settings: Settings, totals: dict, delay_offsets: dict[int, int] | None) -> dict:
+def _in_a_thread(spark, write):
+    """``_run_tasks`` of ``write`` for another thread: its Spark jobs carry this thread's job group and
+    description (Spark's local properties are per thread)."""
+    context = spark.sparkContext
+    properties = {key: context.getLocalProperty(key) for key in (JOB_GROUP, JOB_DESCRIPTION)}
+
+    def run(tasks: list[dict]) -> list[dict]:
+        for key, value in properties.items():
+            context.setLocalProperty(key, value)
+        return _run_tasks(spark, write, tasks, one_per_task=True)
+
+    return run
+
+
+def _staged_messages(spark, run):
+    """The messages this run staged, as a Spark frame."""
+    return (
+        spark.read.schema(COMMITLOG.spark_schema)
+        .option("basePath", run.staging_uri("commitlog"))
+        .parquet(run.staging_uri("commitlog"))
+    )
+
+
+def _imported_schedule(staged_messages, settings: Settings, totals: dict, delay_offsets: dict[int, int] | None) -> dict:
     """The schedule state of an imported store (``None`` without scheduled messages) and its metrics.
+
+    ``staged_messages()`` gives the imported messages as a Spark frame (called only when there are scheduled
+    messages).
 
     The records decide (``store.schedule.schedule_progress``): what has its
     delivery was delivered, the rest is pending and the next ingest delivers
@@ -603,7 +636,7 @@ def _imported_schedule(messages, settings: Settings, totals: dict, delay_offsets
     if not any(queue.topic in (SCHEDULE_TOPIC, TIMER_TOPIC) for queue in totals["queue_heads"]):
         return {"state": None, "metrics": {"schedule_pending": 0}}
     progress = schedule_progress(
-        messages, rules=settings.schedule_rules(), clock=clock, queue_heads=totals["queue_heads"]
+        staged_messages(), rules=settings.schedule_rules(), clock=clock, queue_heads=totals["queue_heads"]
     )
     computed = progress.state.delay_offsets
     differing = sorted(
@@ -639,16 +672,9 @@ def _imported_schedule(messages, settings: Settings, totals: dict, delay_offsets
     return {"state": progress.state, "metrics": metrics}
 
 
-def _read_files(batches):
-    for batch in batches:
-        columns = (batch.column(name).to_pylist() for name in ("path", "start_offset", "last"))
-        for path, start, last in zip(*columns, strict=True):
-            yield from read_segment_file(path, start_offset=start, last=last)
-
-
 def _totals(messages) -> dict:
-    """Per segment (count, end of data, first/last store time: ``segment_aggregates``' rows), per queue head
-    and per topic totals, from one pass over the messages' small columns."""
+    """``_fold_totals`` of a group-by of ``messages`` (a Spark frame of commitlog rows): the reference for the
+    import tasks' per-queue totals (``store.imports.QueueTotals``)."""
     offset = F.col("physical_offset")
     groups = (
         messages.groupBy("segment", "topic", "queue_id")
@@ -664,6 +690,12 @@ def _totals(messages) -> dict:
         )
         .collect()
     )  # one row per segment and queue
+    return _fold_totals(groups)
+
+
+def _fold_totals(groups) -> dict:
+    """Per segment (count, end of data, first/last store time: ``segment_aggregates``' rows), per queue head
+    and per topic totals, from totals per segment and queue (several rows of one segment and queue add up)."""
     segments: dict[str, dict] = {}
     queues: dict[QueueId, list] = {}
     for g in sorted(groups, key=lambda r: (r["segment"], r["topic"], r["queue_id"])):

@@ -11,21 +11,30 @@ import mmap
 import os
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rmqlake.formats.properties import parse_properties
 from rmqlake.formats.record import (
     BLANK_MAGIC,
     MAGIC_V1,
     MAGIC_V2,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
     BlankRecord,
     CorruptRecordError,
     decode_record,
     record_error,
 )
+from rmqlake.ingest.plan import COMMITLOG_FILE
+from rmqlake.ingest.scratch import AtomicParquet
+from rmqlake.ingest.tasks import _DICTIONARY_COLUMNS, COMMITLOG_ROW_GROUP_BYTES, use_task_memory_pool
+from rmqlake.lake.storage import Storage
 from rmqlake.lake.tables import COMMITLOG, TableSpec, columns
-from rmqlake.store.record_runs import read_run
+from rmqlake.store.record_runs import MIN_RECORD_SIZE, read_run
 from rmqlake.store.rows import READ_BATCH_ROWS, row_from_record
 
 # one row per record read: the commitlog's columns, or the end-of-file blank / a corrupt record (flags)
@@ -41,7 +50,16 @@ IMPORTED_SCHEMA = IMPORTED.arrow_schema
 
 
 def read_segment_file(
-    path: str, *, start_offset: int, last: bool = True, check_crc: bool = True, columnar: bool = True
+    path: str,
+    *,
+    start_offset: int,
+    last: bool = True,
+    check_crc: bool = True,
+    columnar: bool = True,
+    start: int = 0,
+    stop: int | None = None,
+    first_ordinal: int = 1,
+    reached: WalkEnd | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The records of one commitlog file, walked as the broker's recovery walks it, with nothing left out.
 
@@ -67,6 +85,11 @@ def read_segment_file(
     at a time (``store.record_runs``); each record that does not, and what
     follows from it, is read here record by record, the reference, which
     ``False`` uses for every record.
+
+    ``start``, ``stop`` and ``first_ordinal`` walk a piece of the file
+    (``plan_pieces``): from ``start`` as if the walk had reached it with
+    ``first_ordinal - 1`` rows, up to the first position at or after
+    ``stop``; ``reached`` is told that position and the rows given.
     """
     name = os.path.basename(path)
     rows: list[dict] = []
@@ -76,11 +99,12 @@ def read_segment_file(
             return
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             reader = _SegmentReader(data, length, name=name, path=path, start_offset=start_offset, check_crc=check_crc)
-            position = 0
-            ordinal = 0
-            while position < length:
-                if columnar:
-                    run = read_run(data, position, length, start_offset=start_offset, name=name, path=path,
+            position = start
+            ordinal = first_ordinal - 1
+            limit = length if stop is None else stop
+            while position < limit:
+                if columnar:  # a run stays inside the piece: a record crossing its end is the reference's
+                    run = read_run(data, position, limit, start_offset=start_offset, name=name, path=path,
                                    first_ordinal=ordinal + 1, check_crc=check_crc, schema=IMPORTED_SCHEMA)  # fmt: skip
                     if run is not None:
                         if rows:
@@ -96,6 +120,8 @@ def read_segment_file(
                     if not last:
                         reason = "zeros up to the file end: no end-of-file blank record, yet a newer file follows"
                         rows.append(reader.corrupt(ordinal, position, length, reason))
+                    else:
+                        ordinal -= 1  # the unwritten tail of the newest file: no row
                     break
                 if kind == _MESSAGE:
                     rows.append(row_from_record(name, path, ordinal, value, reader.properties))
@@ -117,10 +143,73 @@ def read_segment_file(
                 if len(rows) >= READ_BATCH_ROWS:
                     yield pa.RecordBatch.from_pylist(rows, schema=IMPORTED_SCHEMA)
                     rows = []
+            if reached is not None:
+                reached.position, reached.rows = position, ordinal - first_ordinal + 1
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=IMPORTED_SCHEMA)
 
 
+@dataclass
+class WalkEnd:
+    """Where a walk over a piece of a commitlog file stopped, and how many rows it gave."""
+
+    position: int = 0
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class FilePiece:
+    """A byte range of one commitlog file, read by one import task."""
+
+    path: str
+    start_offset: int  # the file's first physical offset (its name)
+    last: bool  # the newest file of the store
+    start: int  # the piece's first byte in the file
+    stop: int | None  # where the next piece starts; ``None``: the piece reaches the file end
+    first_ordinal: int  # the ``source_line`` of the piece's first row
+    records: int  # the records the TOTALSIZE walk found from ``start`` to ``stop`` (0 for the last piece)
+
+
+def plan_pieces(path: str, *, start_offset: int, last: bool, piece_bytes: int) -> Iterator[FilePiece]:
+    """``path`` cut into pieces of about ``piece_bytes``, at record starts found by walking the TOTALSIZE fields;
+    each piece is given as soon as the walk has passed its end (the caller can start reading it).
+
+    The walk checks no more than ``record_runs``' run walk does (a message magic code and a size that fits
+    in the file) and reads 8 bytes a record. Where the file is damaged, the record walk may not land where
+    this walk did: the pieces of a file then read differently from the whole file, and
+    ``pieces_read_as_planned`` tells; the walk stops at the first record it cannot step over (the end-of-file
+    blank, zeros, damage) and the last piece takes the rest of the file.
+    """
+    length = os.path.getsize(path)
+    start, ordinal = 0, 1
+    if length >= 2 * piece_bytes:
+        unpack = _SIZE_AND_MAGIC.unpack_from
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            count = 0
+            at, cut, limit = 0, piece_bytes, length - piece_bytes // 2  # no last piece under half a piece
+            while at < limit:
+                size, magic = unpack(data, at)
+                if (magic != MAGIC_V1 and magic != MAGIC_V2) or size < MIN_RECORD_SIZE or size > length - at:
+                    break
+                at += size
+                count += 1
+                if at >= cut and at <= limit:
+                    yield FilePiece(path, start_offset, last, start, at, ordinal, count)
+                    start, ordinal, count, cut = at, ordinal + count, 0, at + piece_bytes
+    yield FilePiece(path, start_offset, last, start, None, ordinal, 0)
+
+
+def pieces_read_as_planned(pieces: list[FilePiece], reached: list[WalkEnd]) -> bool:
+    """Whether the record walk over each piece but the last stopped where the next one starts, having given one
+    row per record the planning walk found: the pieces then give the rows of the whole file, ``source_line``
+    included."""
+    return all(
+        piece.stop is None or (end.position == piece.stop and end.rows == piece.records)
+        for piece, end in zip(pieces, reached, strict=True)
+    )
+
+
+_SIZE_AND_MAGIC = struct.Struct(">ii")
 _ZERO_CHUNK = bytes(1 << 22)
 _MESSAGE, _BLANK, _BAD = "message", "blank", "bad"
 _MAGICS = [struct.pack(">i", m) for m in (MAGIC_V1, MAGIC_V2, BLANK_MAGIC)]
@@ -212,3 +301,244 @@ def _corrupt(segment: str, path: str, offset: int, size: int, ordinal: int, reas
     return {"segment": segment, "physical_offset": offset, "total_size": size, "source_file": path,
             "source_line": ordinal, "blank_end": False,
             "corrupt_reason": f"{path} at offset {offset} {reason}"}  # fmt: skip
+
+
+# -- one import task: a piece of a commitlog file into the commitlog's staging folder ----------------------------
+
+
+@dataclass(frozen=True)
+class ImportTarget:
+    """Where the import tasks of a run write, relative to the lake root."""
+
+    lake_root: str
+    storage_options: dict
+    commitlog_dir: str  # the commitlog's staging folder of the run
+    corrupt_dir: str  # a hidden folder in it: the corrupt rows, read by the driver only when there are any
+    batch_id: str
+
+    def storage(self) -> Storage:
+        return Storage(self.lake_root, self.storage_options)
+
+
+# What an import task returns: one row per piece read.
+PIECE_READ = columns(
+    ("path", "string", "the commitlog file"),
+    ("number", "int", "the piece's number in the run"),
+    ("position", "bigint", "where the record walk over the piece stopped"),
+    ("rows", "bigint", "rows the walk gave: messages, corrupt ranges, the end-of-file blank"),
+    ("messages", "bigint", "messages written"),
+    ("corrupt", "bigint", "corrupt ranges"),
+    ("blank", "boolean", "the piece ends with the file's end-of-file blank record"),
+    ("message_file", "string", "the Parquet file of its messages, relative to the lake root (null: none)"),
+    ("corrupt_file", "string", "the Parquet file of its corrupt rows, relative to the lake root (null: none)"),
+)  # and ``queues``: ``QueueTotals.rows`` of its messages
+
+_FLUSH_BYTES = 32 << 20  # messages are handed to the Parquet writer in about this many bytes
+
+
+def import_piece(piece: FilePiece, *, number: int, target: ImportTarget, columnar: bool = True) -> dict:
+    """Read ``piece`` and write its messages as a commitlog Parquet file of the run's staging folder (the rows a
+    Spark write of ``read_segment_file``'s messages stages), its corrupt rows to ``target.corrupt_dir``.
+
+    Files are written under a hidden name and moved into place: a retried task replaces them.
+    """
+    use_task_memory_pool()
+    storage = target.storage()
+    segment = os.path.basename(piece.path)
+    name = f"part-{number:05d}-{target.batch_id}.parquet"
+    messages = _BufferedParquet(
+        AtomicParquet(
+            storage,
+            f"{target.commitlog_dir}/segment={segment}/{name}",
+            row_group_size=1,
+            compression="snappy",
+            use_dictionary=_DICTIONARY_COLUMNS,
+        ),
+        row_group_bytes=COMMITLOG_ROW_GROUP_BYTES,
+    )
+    corrupt = _BufferedParquet(
+        AtomicParquet(storage, f"{target.corrupt_dir}/{name}", row_group_size=1, compression="snappy"),
+        row_group_bytes=COMMITLOG_ROW_GROUP_BYTES,
+    )
+    reached = WalkEnd()
+    blank = False
+    queues = QueueTotals()
+    stored = COMMITLOG_FILE.stored
+    batch_ids = pa.repeat(pa.scalar(target.batch_id, pa.string()), 0)
+    for batch in read_segment_file(piece.path, start_offset=piece.start_offset, last=piece.last, columnar=columnar,
+                                   start=piece.start, stop=piece.stop, first_ordinal=piece.first_ordinal,
+                                   reached=reached):  # fmt: skip
+        is_corrupt = batch.column("corrupt_reason").is_valid()
+        is_message = pc.and_(pc.invert(batch.column("blank_end")), pc.invert(is_corrupt))
+        kept = batch if pc.all(is_message).as_py() else batch.filter(is_message)
+        if kept.num_rows:
+            if len(batch_ids) != kept.num_rows:
+                batch_ids = pa.repeat(pa.scalar(target.batch_id, pa.string()), kept.num_rows)
+            arrays = [batch_ids if n == "batch_id" else kept.column(n) for n in stored.names]
+            table = COMMITLOG_FILE.complete(pa.Table.from_arrays(arrays, schema=stored.arrow_schema))
+            messages.write(table)
+            queues.add(table)
+        if kept.num_rows < batch.num_rows:
+            corrupt.write(pa.Table.from_batches([batch.filter(is_corrupt)]))
+            blank = blank or pc.any(batch.column("blank_end")).as_py()
+    return {
+        "path": piece.path,
+        "number": number,
+        "position": reached.position,
+        "rows": reached.rows,
+        "messages": messages.close(),
+        "corrupt": corrupt.close(),
+        "blank": blank,
+        "message_file": messages.relative(),
+        "corrupt_file": corrupt.relative(),
+        "queues": queues.rows(segment),
+    }
+
+
+class QueueTotals:
+    """Per topic and queue of the messages added: count, bytes, end of data, the store times of the first and
+    the last message (by offset), the last queue offset taken by a message that is dispatched (NOT_TYPE or
+    COMMIT). Tables are added in offset order."""
+
+    def __init__(self):
+        self.queues: dict[tuple[str, int], list] = {}
+
+    def add(self, table: pa.Table) -> None:
+        offsets = table.column("physical_offset")
+        kind = pc.bit_wise_and(table.column("sys_flag"), TRANSACTION_TYPE_MASK)
+        dispatched = pc.is_in(kind, pa.array([TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE], kind.type))
+        columns = {
+            "topic": table.column("topic"),
+            "queue_id": table.column("queue_id"),
+            "size": pc.cast(table.column("total_size"), pa.int64()),
+            "end": pc.add(offsets, pc.cast(table.column("total_size"), pa.int64())),
+            "offset": offsets,
+            "stored": table.column("store_timestamp"),
+            "dispatched": pc.if_else(dispatched, table.column("queue_offset"), None),
+        }
+        grouped = pa.table(columns).group_by(["topic", "queue_id"], use_threads=False)  # ordered: first and last
+        aggregates = [("offset", "count"), ("size", "sum"), ("end", "max"), ("offset", "first"), ("stored", "first"),
+                      ("offset", "last"), ("stored", "last"), ("dispatched", "max")]  # fmt: skip
+        for row in grouped.aggregate(aggregates).to_pylist():
+            first = (row["offset_first"], row["stored_first"])
+            last = (row["offset_last"], row["stored_last"])
+            seen = self.queues.get((row["topic"], row["queue_id"]))
+            if seen is None:
+                self.queues[(row["topic"], row["queue_id"])] = [
+                    row["offset_count"], row["size_sum"], row["end_max"], first, last, row["dispatched_max"]
+                ]  # fmt: skip
+                continue
+            seen[0] += row["offset_count"]
+            seen[1] += row["size_sum"]
+            seen[2] = max(seen[2], row["end_max"])
+            seen[3] = min(seen[3], first)
+            seen[4] = max(seen[4], last)
+            if row["dispatched_max"] is not None:
+                seen[5] = row["dispatched_max"] if seen[5] is None else max(seen[5], row["dispatched_max"])
+
+    def rows(self, segment: str) -> list[dict]:
+        """The totals as rows of (segment, topic, queue), as a group-by of the staged messages gives them."""
+        return [
+            {
+                "segment": segment,
+                "topic": topic,
+                "queue_id": queue,
+                "n": count,
+                "b": size,
+                "data_end": end,
+                "first_offset": first[0],
+                "first_store_timestamp": first[1],
+                "last_offset": last[0],
+                "last_store_timestamp": last[1],
+                "last_dispatched": dispatched,
+            }
+            for (topic, queue), (count, size, end, first, last, dispatched) in sorted(self.queues.items())
+        ]
+
+
+class _BufferedParquet:
+    """Tables gathered and written a few tens of MB at a time, in row groups of about ``row_group_bytes``: the
+    record walk hands over runs of thousands of rows and single rows alike."""
+
+    def __init__(self, file: AtomicParquet, *, row_group_bytes: int):
+        self.file, self.row_group_bytes = file, row_group_bytes
+        self.pending: list[pa.Table] = []
+        self.pending_bytes = 0
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        self.pending.append(table)
+        self.pending_bytes += table.nbytes
+        self.rows += table.num_rows
+        if self.pending_bytes >= _FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        table = pa.concat_tables(self.pending) if len(self.pending) > 1 else self.pending[0]
+        self.pending, self.pending_bytes = [], 0
+        self.file.row_group_size = max(1, int(self.row_group_bytes * table.num_rows / max(table.nbytes, 1)))
+        self.file.write(table)
+
+    def close(self) -> int:
+        """Writes what is pending and puts the file in place (none without rows); the rows written."""
+        self.flush()
+        self.file.close()
+        return self.rows
+
+    def relative(self) -> str | None:
+        return self.file.relative if self.rows else None
+
+
+def import_files(files: list[tuple[str, int, bool]], *, target: ImportTarget, piece_bytes: int, submit) -> list[dict]:
+    """Import commitlog files (path, first physical offset, newest file) as pieces of about ``piece_bytes``.
+
+    ``submit(tasks)`` starts ``import_task`` over a list of tasks (on Spark's executors, or in a plain loop)
+    and returns a future of their results. The files too small to cut go in one submission, a piece of a big
+    file as soon as it is planned, so that reading the first pieces overlaps planning the rest. A file whose
+    pieces did not read as planned (``pieces_read_as_planned``: damage the planning walk stepped over) loses
+    what its pieces wrote and is read again as one piece. Returns the ``PIECE_READ`` rows of what was kept.
+    """
+    tasks: list[dict] = []
+
+    def task(piece: FilePiece) -> dict:
+        tasks.append({"piece": piece, "number": len(tasks)})
+        return tasks[-1]
+
+    small = {path for path, _, _ in files if os.path.getsize(path) < 2 * piece_bytes}
+    planned: list[list[dict]] = []  # per file, its tasks
+    for path, start, last in files:
+        if path in small:
+            planned.append([task(FilePiece(path, start, last, 0, None, 1, 0))])
+    waiting = [submit([one for (one,) in planned])] if planned else []
+    for path, start, last in files:
+        if path in small:
+            continue
+        planned.append([])
+        for piece in plan_pieces(path, start_offset=start, last=last, piece_bytes=piece_bytes):
+            planned[-1].append(task(piece))
+            waiting.append(submit([planned[-1][-1]]))
+    results = {result["number"]: result for future in waiting for result in future.result()}
+    again: list[dict] = []
+    storage = target.storage()
+    for file_tasks in planned:
+        reached = [WalkEnd(results[t["number"]]["position"], results[t["number"]]["rows"]) for t in file_tasks]
+        if pieces_read_as_planned([t["piece"] for t in file_tasks], reached):
+            continue
+        for t in file_tasks:
+            read = results.pop(t["number"])
+            for written in (read["message_file"], read["corrupt_file"]):
+                if written is not None:
+                    storage.delete_file(written)
+        again.append(task(replace(file_tasks[0]["piece"], stop=None, records=0)))
+    if again:
+        results.update((result["number"], result) for result in submit(again).result())
+    return [results[n] for n in sorted(results)]
+
+
+def import_task(task: dict, *, target: ImportTarget) -> dict:
+    """``import_piece`` of one task of ``import_files``."""
+    return import_piece(task["piece"], number=task["number"], target=target)
