@@ -235,3 +235,23 @@ def test_a_truncated_gzip_input_keeps_its_lines_and_rejects_where_it_breaks(tmp_
         "the gzip data ends early or is damaged (Compressed file ended before the end-of-stream marker was reached)"
     )
     assert lines[len(kept)].startswith(rejected[0]["raw"])
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3, 6, 50])
+def test_split_groups_parse_every_split_once_in_groups_of_about_equal_bytes(groups):
+    sizes = [40, 38, 41, 39, 128, 5, 0, 37, 44, 36, 40, 40]
+    tasks = [
+        SplitTask(
+            index=i, file_rank=i, path=f"f{i}", start=0, end=size, compressed=False, sha256="", first_line=1, hash32=0
+        )
+        for i, size in enumerate(sizes)
+    ]
+    grouped = tasks_module.split_groups(tasks, groups=groups)
+    assert len(grouped) == min(groups, len(tasks))
+    assert sorted(task.index for group in grouped for task in group) == list(range(len(tasks)))
+    for group in grouped:
+        assert [task.index for task in group] == sorted(task.index for task in group)
+    loads = [sum(task.end - task.start for task in group) for group in grouped]
+    assert max(loads) - min(loads) <= max(sizes)  # the greedy fill: no group exceeds another by more than a split
+    assert grouped == tasks_module.split_groups(list(reversed(tasks)), groups=groups)
+    assert tasks_module.split_groups([], groups=groups) == []

@@ -408,7 +408,9 @@ class _Block:
 
         cluster = self.options.cluster_name
         lengths = np.zeros(self.count, dtype=np.int64)
-        pieces_bytes, pieces_maps, order_of_rows = [], [], []
+        widths = np.zeros(self.count, dtype=np.int64)  # stored properties per line (0: none, or not decided here)
+        pieces_bytes, order_of_rows = [], []
+        entry_names, entry_values, entry_slots = [], [], []  # per group: names, values name-major, map positions
         for (names, flags), every_row in groups.items():
             with_keys, with_tags = flags & 2, flags & 1
             positions = np.array(every_row, dtype=np.int64)
@@ -442,16 +444,10 @@ class _Block:
             serialised = pc.binary_join_element_wise(*parts, "").cast(pa.binary())
             self.mark_rows(positions, pc.is_null(serialised))
             lengths[positions] = np.diff(_offsets(serialised))
-            width = len(order)
-            ordered_values = pa.concat_arrays([values[name] for name in order])
-            interleave = (np.arange(width)[None, :] * len(rows) + np.arange(len(rows))[:, None]).ravel()
-            pieces_maps.append(
-                pa.MapArray.from_arrays(
-                    pa.array(np.arange(0, len(rows) * width + 1, width, dtype=np.int32)),
-                    pa.array(order, pa.string()).take(pa.array(np.tile(np.arange(width), len(rows)))),
-                    ordered_values.take(pa.array(interleave)),
-                )
-            )
+            widths[positions] = len(order)
+            entry_names.append(order)
+            entry_values.extend(values[name] for name in order)
+            entry_slots.append(positions)
             pieces_bytes.append(serialised)
             order_of_rows.append(positions)
         self.mark(lengths > MAX_PROPERTIES_LENGTH)
@@ -461,10 +457,8 @@ class _Block:
         placed[rows] = np.arange(len(rows))
         self.mark(placed == len(rows))
         filler_bytes = pa.array([b""], pa.binary())
-        filler_map = pa.array([[]], MESSAGE_TYPES["properties"])
-        take = pa.array(placed)
-        out["properties_bytes"] = pa.concat_arrays([*pieces_bytes, filler_bytes]).take(take)
-        out["properties"] = pa.concat_arrays([*pieces_maps, filler_map]).take(take)
+        out["properties_bytes"] = pa.concat_arrays([*pieces_bytes, filler_bytes]).take(pa.array(placed))
+        out["properties"] = _maps_in_block_order(widths * (placed < len(rows)), entry_names, entry_values, entry_slots)
         return lengths
 
     def _marked(self, mask: np.ndarray) -> np.ndarray:
@@ -485,6 +479,34 @@ class _Block:
             info = parser.topic(self.fields[first].topic)
             fixed[rows] = parser.fixed_size(info, bool(born_v6[first]), bool(store_v6[first]))
         return fixed
+
+
+def _maps_in_block_order(widths: np.ndarray, names: list[list[str]], values: list[pa.Array], slots) -> pa.Array:
+    """The ``properties`` map of every line of a block, built once in block order: line ``i`` has ``widths[i]``
+    entries; group ``g`` (its lines at ``slots[g]``) has the names ``names[g]`` and, name after name, one value
+    array per name (``values``, the groups one after another). A line of no group has an empty map."""
+    offsets = np.zeros(len(widths) + 1, dtype=np.int64)
+    np.cumsum(widths, out=offsets[1:])
+    total = int(offsets[-1])
+    value_source = np.empty(total, dtype=np.int64)  # each entry's position in the values, concatenated
+    name_source = np.empty(total, dtype=np.int64)  # and in the names, concatenated
+    value_base = name_base = 0
+    for order, rows in zip(names, slots, strict=True):
+        width, count = len(order), len(rows)
+        entries = offsets[rows][:, None] + np.arange(width)[None, :]
+        value_source[entries] = value_base + np.arange(width)[None, :] * count + np.arange(count)[:, None]
+        name_source[entries] = name_base + np.arange(width)[None, :]
+        value_base += width * count
+        name_base += width
+    map_type = MESSAGE_TYPES["properties"]
+    all_names = pa.array([name for order in names for name in order], map_type.key_type)
+    all_values = pa.concat_arrays(values) if values else pa.array([], map_type.item_type)
+    return pa.MapArray.from_arrays(
+        pa.array(offsets.astype(np.int32)),
+        all_names.take(pa.array(name_source)),
+        all_values.take(pa.array(value_source)),
+        type=map_type,
+    )
 
 
 def _offsets(array: pa.Array) -> np.ndarray:

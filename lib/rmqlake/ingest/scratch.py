@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -236,9 +237,43 @@ def fetch_messages(placement: pa.Table, open_scratch: Callable[[int], pa.ipc.Rec
         pieces.extend(read)
     if not pieces:
         return pa.table({name: pa.array([], type) for name, type in _SCRATCH_FIELDS})
-    # A take across the batches copies each value once; combining them first copied every body twice.
-    messages = pa.Table.from_batches(pieces).take(pa.array(take))
+    messages = take_rows(pa.Table.from_batches(pieces), take)
     found = messages.column("source_line").to_numpy()
     if not np.array_equal(found, placement.column("source_line").to_numpy()):
         raise RuntimeError("the scratch files do not hold the lines the placement lists where it says")
     return messages
+
+
+def take_rows(table: pa.Table, indices: np.ndarray) -> pa.Table:
+    """``table.take(indices)`` (the reference, which it falls back to), with the binary columns gathered by polars.
+
+    Arrow's take of a binary column spread over many batches joins the batches first, then copies the values
+    taken: every body is copied twice, at a fraction of memory speed. polars holds binary values as views into
+    the batches' buffers, gathers the views and copies each value once (about 3x faster on ~1 KiB bodies).
+    """
+    if not len(indices) or indices.min() < 0 or indices.max() >= table.num_rows:
+        return table.take(pa.array(indices, pa.int64()))  # polars would count negative positions from the end
+    order = None
+    columns = []
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if field.type == pa.binary():
+            if order is None:
+                order = pl.Series(indices, dtype=pl.Int64)
+            gathered = _gather_binary(column, order)
+            if gathered is not None:
+                columns.append(gathered)
+                continue
+        columns.append(column.take(pa.array(indices, pa.int64())))
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _gather_binary(column: pa.ChunkedArray, order: pl.Series) -> pa.Array | None:
+    """The values of ``column`` at ``order`` as one binary array; ``None`` when they do not fit one (more than
+    2 GiB), where Arrow's take decides."""
+    gathered = pl.from_arrow(column).gather(order).to_arrow()
+    if isinstance(gathered, pa.ChunkedArray):
+        gathered = gathered.combine_chunks()
+    try:
+        return gathered.cast(pa.binary())
+    except pa.ArrowInvalid:
+        return None

@@ -48,6 +48,7 @@ half's physical offset when its partition is written.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 from collections.abc import Iterable, Iterator, Mapping
@@ -845,17 +846,39 @@ class ParsedSplits:
         return sum(totals["ends"] for totals in self.per_file.values())
 
 
+PARSE_TASKS_PER_CORE = 3  # enough tasks that a core finishing early takes another group
+
+
+def split_groups(tasks: list[SplitTask], *, groups: int) -> list[list[SplitTask]]:
+    """``tasks`` in at most ``groups`` groups of about equal bytes (largest first to the lightest group), each in
+    split order; a split is never cut. Deterministic."""
+    count = max(1, min(groups, len(tasks)))
+    loads = [(0, group) for group in range(count)]
+    members: list[list[SplitTask]] = [[] for _ in range(count)]
+    for task in sorted(tasks, key=lambda t: (-(t.end - t.start), t.index)):
+        load, group = heapq.heappop(loads)
+        members[group].append(task)
+        heapq.heappush(loads, (load + task.end - task.start, group))
+    return [sorted(group, key=lambda t: t.index) for group in members if group]
+
+
 def parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target: IngestTarget) -> ParsedSplits:
-    """One task per split (``parse_split``)."""
-    # spark.range with as many partitions as splits: exactly one split per task (hashing would pile some up).
-    frame = spark.range(0, len(tasks), 1, len(tasks))
-    by_index = {task.index: task for task in tasks}
+    """``parse_split`` on every split: a few Spark tasks per core, each parsing a group of splits.
+
+    A Python task costs ~50 ms of a core before it does anything; with one task per split, the many files of
+    a batch (an hour of every producer) paid it per file. The groups hold about equal bytes (``split_groups``).
+    """
+    groups = split_groups(tasks, groups=PARSE_TASKS_PER_CORE * spark.sparkContext.defaultParallelism)
+    # spark.range with as many partitions as groups: exactly one group per task (hashing would pile some up).
+    frame = spark.range(0, len(groups), 1, len(groups))
 
     def parse(batches):
         for batch in batches:
-            for index in batch.column("id").to_pylist():
-                yield parse_split(by_index[index], options=options, target=target)
+            for group in batch.column("id").to_pylist():
+                for task in groups[group]:
+                    yield parse_split(task, options=options, target=target)
 
+    by_index = {task.index: task for task in tasks}
     per_file: dict[str, dict] = {}
     with_messages, with_ends, with_halves = [], [], []
     last_stored = None

@@ -1,0 +1,104 @@
+"""Taking the write task's rows from the scratch batches: the polars gather of binary columns gives exactly what
+Arrow's take (the reference) gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from rmqlake.ingest.message import MESSAGE_TYPES
+from rmqlake.ingest.scratch import take_rows
+
+SCHEMA = pa.schema(
+    [
+        ("source_line", pa.int64()),
+        ("body", pa.binary()),
+        ("properties_bytes", pa.binary()),
+        ("uniq_key", pa.string()),
+        ("properties", MESSAGE_TYPES["properties"]),
+        ("keys", MESSAGE_TYPES["keys"]),
+    ]
+)
+
+
+def _batch(first: int, count: int, *, seed: int) -> pa.RecordBatch:
+    rng = np.random.default_rng(seed)
+    bodies = []
+    for i in range(count):
+        kind = (first + i) % 6
+        if kind == 0:
+            bodies.append(b"")  # an empty body
+        elif kind == 1:
+            bodies.append("été 😀 订单".encode() * int(rng.integers(1, 40)))
+        elif kind == 2:
+            bodies.append(bytes(rng.integers(0, 256, int(rng.integers(1, 3000)), dtype=np.uint8)))  # binary
+        elif kind == 3:
+            bodies.append(b"x" * 12)  # short enough to sit inside a view
+        elif kind == 4:
+            bodies.append(b"\x00" * 13)
+        else:
+            bodies.append(b"y" * int(rng.integers(1, 5000)))
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(range(first, first + count), pa.int64()),
+            pa.array(bodies, pa.binary()),
+            pa.array([None if i % 5 == 4 else f"K\x01{i}\x02".encode() for i in range(count)], pa.binary()),
+            pa.array([f"U{i}" if i % 3 else None for i in range(count)], pa.string()),
+            pa.array([[("a", str(i))] if i % 2 else [] for i in range(count)], MESSAGE_TYPES["properties"]),
+            pa.array([["k", "l"] if i % 4 else None for i in range(count)], MESSAGE_TYPES["keys"]),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def _batches() -> list[pa.RecordBatch]:
+    sliced = _batch(500, 300, seed=3).slice(17, 200)  # a batch that starts inside its buffers
+    return [
+        _batch(0, 97, seed=1),
+        _batch(97, 0, seed=2),
+        sliced,
+        _batch(1000, 1, seed=4),
+        _batch(2000, 2048, seed=5),
+    ]
+
+
+@pytest.mark.parametrize(
+    "pick",
+    [
+        lambda n: np.arange(n),
+        lambda n: np.arange(n)[::-1],
+        lambda n: np.random.default_rng(7).permutation(n),
+        lambda n: np.random.default_rng(8).integers(0, n, 3 * n),  # rows taken twice
+        lambda n: np.array([n - 1]),
+        lambda n: np.zeros(0, np.int64),
+        lambda n: np.concatenate([np.arange(0, n, 2), np.arange(1, n, 2)]),
+    ],
+)
+def test_take_rows_gives_what_arrow_take_gives(pick):
+    table = pa.Table.from_batches(_batches(), schema=SCHEMA)
+    indices = pick(table.num_rows).astype(np.int64)
+    expected = table.take(pa.array(indices, pa.int64()))
+    got = take_rows(table, indices)
+    assert got.schema == expected.schema
+    assert got.equals(expected)
+    for name in ("body", "properties_bytes"):
+        assert got.column(name).to_pylist() == expected.column(name).to_pylist()
+
+
+def test_take_rows_of_one_batch_and_of_none():
+    single = pa.Table.from_batches([_batch(0, 50, seed=9)], schema=SCHEMA)
+    indices = np.array([3, 3, 49, 0], np.int64)
+    assert take_rows(single, indices).equals(single.take(pa.array(indices)))
+    empty = pa.Table.from_batches([], schema=SCHEMA)
+    assert take_rows(empty, np.zeros(0, np.int64)).equals(empty.take(pa.array([], pa.int64())))
+
+
+@pytest.mark.parametrize("bad", [-1, 10_000])
+def test_take_rows_refuses_positions_outside_the_table_as_arrow_does(bad):
+    table = pa.Table.from_batches(_batches(), schema=SCHEMA)
+    indices = np.array([0, bad], np.int64)
+    with pytest.raises(IndexError):
+        table.take(pa.array(indices))
+    with pytest.raises(IndexError):
+        take_rows(table, indices)
