@@ -174,3 +174,10 @@ def test_the_footer_cache_drops_the_least_recently_used_by_weight():
     assert len(cache) == 1 and cache.held == 50
     cache.clear()
     assert len(cache) == 0 and cache.held == 0
+
+
+@pytest.mark.parametrize("threads", [0, 1, 4])
+def test_files_read_side_by_side_or_one_after_another_give_the_same_rows(root, monkeypatch, threads):
+    commit(root, [message(SEGMENT + o * SIZE, "OrderEvents", ["a", "b"]) for o in range(7)], name="r2")
+    monkeypatch.setattr(L, "READ_THREADS", threads)
+    assert agree(Lake(str(root)))[("OrderEvents", "a")][-7:] == [SEGMENT + o * SIZE for o in range(7)]

@@ -19,9 +19,11 @@ again differs.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,6 +42,7 @@ SNAPSHOTS_KEPT = 32  # table versions kept (each is a file list: small)
 # Footers kept, in their bytes as stored: a parsed footer takes ~8x that in memory (a 5 M-message lake's
 # commitlog has ~33 MB of footers at 512 rows a row group, ~250 MB parsed), so the bound is on bytes, not files.
 FOOTER_BYTES_KEPT = 64 * 1024 * 1024
+READ_THREADS = min(4, os.cpu_count() or 1)  # data files read at once by a lookup (0 or 1: one after another)
 
 
 @dataclass(frozen=True)
@@ -184,18 +187,34 @@ def read_rows(
     """
     schema = table_spec(table).arrow_schema
     wanted = np.unique(np.asarray(list(values), dtype=np.int64))
-    pieces = []
+    work = []
     if len(wanted) and lake.exists(table):
-        for layout in table_layout(lake, table, column, partitions=partitions):
-            groups = layout.groups_holding(wanted)
-            if not groups:
-                continue
-            with lake.storage.open_mapped(f"{table}/{layout.path}") as source:
-                data = pq.ParquetFile(source, metadata=layout.metadata).read_row_groups(
-                    groups, columns=list(dict.fromkeys([*columns, column]))
-                )
-            data = data.filter(pc.is_in(data.column(column), pa.array(wanted, data.schema.field(column).type)))
-            pieces.append(data.select(list(columns)))
-    if not pieces:
+        work = [(layout, groups) for layout in table_layout(lake, table, column, partitions=partitions)
+                if (groups := layout.groups_holding(wanted))]  # fmt: skip
+
+    def read(layout: DataFileLayout, groups: list[int], threads: bool) -> pa.Table:
+        with lake.storage.open_mapped(f"{table}/{layout.path}") as source:
+            data = pq.ParquetFile(source, metadata=layout.metadata).read_row_groups(
+                groups, columns=list(dict.fromkeys([*columns, column])), use_threads=threads
+            )
+        data = data.filter(pc.is_in(data.column(column), pa.array(wanted, data.schema.field(column).type)))
+        return data.select(list(columns))
+
+    if not work:
         return schema.empty_table().select(list(columns))
-    return pa.concat_tables(pieces)
+    if len(work) == 1 or READ_THREADS < 2:
+        return pa.concat_tables([read(layout, groups, True) for layout, groups in work])
+    # A file's few row groups are too little work for Arrow's column threads; files are read side by side.
+    return pa.concat_tables(list(_pool().map(lambda item: read(*item, False), work)))
+
+
+_read_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _read_pool
+    with _pool_lock:
+        if _read_pool is None:
+            _read_pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="rmqlake-lookup")
+        return _read_pool
