@@ -49,8 +49,8 @@ print(json.dumps({"import_s": imported - started, "query_s": done - imported, "r
 """
 
 
-def build_lookup_lake(messages: int) -> Path:
-    root = OUT / f"lookup-lake-{messages}"
+def build_lookup_lake(messages: int, root: Path | None = None) -> Path:
+    root = root or OUT / f"lookup-lake-{messages}"
     marker = root / "DONE.json"
     if marker.exists():
         return root
@@ -113,6 +113,7 @@ def main() -> int:
     parser.add_argument("--warmup-keys", type=int, default=5, help="other keys looked up first")
     parser.add_argument("--cold", type=int, default=3, help="fresh processes timed")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--lake", type=Path, help="the lake's folder (built there if absent); default bench/out")
     args = parser.parse_args()
 
     from rmqlake import query as Q
@@ -121,7 +122,7 @@ def main() -> int:
     from rmqlake.logs import configure_logging
 
     configure_logging("WARNING")
-    root = build_lookup_lake(args.messages)
+    root = build_lookup_lake(args.messages, args.lake)
     store = load_settings(REPO / "conf").store
 
     def lookup(lake, topic, key, **options) -> tuple[float, list[int]]:

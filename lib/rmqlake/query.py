@@ -90,7 +90,7 @@ def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int, cach
             column="physical_offset",
             values=wanted,
             columns=MESSAGE_VIEW_COLUMNS,
-            values_in=lambda file, values: values if str(file.partition.get("segment")) in segments else values[:0],
+            partitions=lambda values: str(values.get("segment")) in segments,
         )
         return {row["physical_offset"]: row for row in table.to_pylist()}
     files = [
@@ -167,7 +167,7 @@ class IndexReader:
                     column="slot",
                     values=[slot],
                     columns=columns,
-                    values_in=lambda f, values: values if str(f.partition.get("index_file")) == file else values[:0],
+                    partitions=lambda values: str(values.get("index_file")) == file,
                 )
             else:
                 table = self.lake.scan(

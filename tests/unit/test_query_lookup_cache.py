@@ -150,3 +150,34 @@ def test_a_lake_recreated_at_the_same_path_is_not_read_from_the_old_caches(root)
     shutil.rmtree(root)
     commit(root, [message(o * SIZE, "OrderEvents", ["z", "a"]) for o in range(10)], name="r1")
     assert agree(Lake(str(root)))[("OrderEvents", "a")] == [o * SIZE for o in range(10)]
+
+
+def test_footers_beyond_the_byte_bound_are_read_again_with_the_same_answers(root, monkeypatch):
+    reference = agree(Lake(str(root)))
+    L.clear_caches()
+    monkeypatch.setattr(L._footers, "capacity", 1)  # every footer over the bound: only the last one read stays
+    warm = Lake(str(root))
+    assert agree(warm) == reference
+    sizes = L.cache_sizes()
+    assert sizes["footers"] == 1 and sizes["footer_bytes"] > 1
+
+
+def test_the_footer_cache_drops_the_least_recently_used_by_weight():
+    cache = L._Lru(10, weight=len)
+    cache.get("a", lambda: "aaaa")
+    cache.get("b", lambda: "bbbb")
+    assert cache.get("a", lambda: "never built") == "aaaa"  # a is now the most recent
+    cache.get("c", lambda: "cccc")  # 12 > 10: b, the least recent, goes
+    assert cache.held == 8 and cache.get("b", lambda: "b2") == "b2"
+    assert cache.get("c", lambda: "never built") == "cccc" and cache.held == 10
+    cache.get("huge", lambda: "x" * 50)  # heavier than the bound alone: kept, everything else dropped
+    assert len(cache) == 1 and cache.held == 50
+    cache.clear()
+    assert len(cache) == 0 and cache.held == 0
+
+
+@pytest.mark.parametrize("threads", [0, 1, 4])
+def test_files_read_side_by_side_or_one_after_another_give_the_same_rows(root, monkeypatch, threads):
+    commit(root, [message(SEGMENT + o * SIZE, "OrderEvents", ["a", "b"]) for o in range(7)], name="r2")
+    monkeypatch.setattr(L, "READ_THREADS", threads)
+    assert agree(Lake(str(root)))[("OrderEvents", "a")][-7:] == [SEGMENT + o * SIZE for o in range(7)]

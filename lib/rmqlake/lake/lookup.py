@@ -19,9 +19,11 @@ again differs.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,7 +39,10 @@ if TYPE_CHECKING:
     from rmqlake.lake.lake import Lake
 
 SNAPSHOTS_KEPT = 32  # table versions kept (each is a file list: small)
-FOOTERS_KEPT = 4096  # data files whose footer is kept (a footer of a 100 MB file is a few hundred KB)
+# Footers kept, in their bytes as stored: a parsed footer takes ~8x that in memory (a 5 M-message lake's
+# commitlog has ~33 MB of footers at 512 rows a row group, ~250 MB parsed), so the bound is on bytes, not files.
+FOOTER_BYTES_KEPT = 64 * 1024 * 1024
+READ_THREADS = min(4, os.cpu_count() or 1)  # data files read at once by a lookup (0 or 1: one after another)
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,12 @@ class DataFileLayout:
 
 
 class _Lru:
-    def __init__(self, capacity: int):
+    """The values last used, up to ``capacity`` in total ``weight`` (each value weighs 1 unless told)."""
+
+    def __init__(self, capacity: int, weight: Callable[[object], int] = lambda value: 1):
         self.capacity = capacity
+        self.weight = weight
+        self.held = 0
         self._items: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
@@ -71,24 +80,29 @@ class _Lru:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
-                return self._items[key]
+                return self._items[key][0]
         value = build()
+        weight = self.weight(value)
         with self._lock:
-            self._items[key] = value
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+            if key in self._items:
+                self.held -= self._items.pop(key)[1]
+            self._items[key] = (value, weight)
+            self.held += weight
+            while self.held > self.capacity and len(self._items) > 1:  # the value just built always stays
+                self.held -= self._items.popitem(last=False)[1][1]
         return value
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self.held = 0
 
     def __len__(self) -> int:
         return len(self._items)
 
 
 _snapshots = _Lru(SNAPSHOTS_KEPT)
-_footers = _Lru(FOOTERS_KEPT)
+_footers = _Lru(FOOTER_BYTES_KEPT, weight=lambda layout: layout.metadata.serialized_size)
 
 
 def clear_caches() -> None:
@@ -98,7 +112,7 @@ def clear_caches() -> None:
 
 
 def cache_sizes() -> dict[str, int]:
-    return {"snapshots": len(_snapshots), "footers": len(_footers)}
+    return {"snapshots": len(_snapshots), "footers": len(_footers), "footer_bytes": _footers.held}
 
 
 def _bounds(metadata: pq.FileMetaData, column: str) -> tuple[np.ndarray, np.ndarray]:
@@ -129,8 +143,13 @@ def _files(lake: Lake, table: str) -> tuple[tuple, list[tuple[str, int, dict]]]:
     return identity, _snapshots.get(identity, listed)
 
 
-def table_layout(lake: Lake, table: str, column: str) -> list[DataFileLayout]:
-    """The data files of ``table`` as the lake reads it now, each with its row groups' bounds of ``column``."""
+def table_layout(
+    lake: Lake, table: str, column: str, *, partitions: Callable[[dict], bool] | None = None
+) -> list[DataFileLayout]:
+    """The data files of ``table`` as the lake reads it now, each with its row groups' bounds of ``column``.
+
+    ``partitions(values)``: only the files of the partitions it accepts (the others' footers are not read).
+    """
     identity, files = _files(lake, table)
 
     def layout(path: str, size: int, partition: dict) -> DataFileLayout:
@@ -143,7 +162,7 @@ def table_layout(lake: Lake, table: str, column: str) -> list[DataFileLayout]:
 
         return _footers.get(key, read)
 
-    return [layout(*f) for f in files]
+    return [layout(*f) for f in files if partitions is None or partitions(f[2])]
 
 
 def snapshot_value(lake: Lake, table: str, name: str, build: Callable[[], object]):
@@ -159,29 +178,43 @@ def read_rows(
     column: str,
     values: Sequence[int],
     columns: Sequence[str],
-    values_in: Callable[[DataFileLayout, np.ndarray], np.ndarray] | None = None,
+    partitions: Callable[[dict], bool] | None = None,
 ) -> pa.Table:
     """Rows whose ``column`` is one of ``values``: ``Lake.lookup``'s rows, from kept file lists and footers.
 
-    ``values_in(file, values)`` narrows the values looked for in a file (e.g.
-    to those of its partition); an empty answer skips the file. ``columns``
-    are stored columns (not partition columns).
+    ``partitions(values)`` narrows the files read to the partitions it accepts (e.g. the segments the
+    values fall in). ``columns`` are stored columns (not partition columns).
     """
     schema = table_spec(table).arrow_schema
-    wanted_all = np.unique(np.asarray(list(values), dtype=np.int64))
-    pieces = []
-    if len(wanted_all) and lake.exists(table):
-        for layout in table_layout(lake, table, column):
-            wanted = wanted_all if values_in is None else values_in(layout, wanted_all)
-            groups = layout.groups_holding(wanted)
-            if not groups:
-                continue
-            with lake.storage.open_mapped(f"{table}/{layout.path}") as source:
-                data = pq.ParquetFile(source, metadata=layout.metadata).read_row_groups(
-                    groups, columns=list(dict.fromkeys([*columns, column]))
-                )
-            data = data.filter(pc.is_in(data.column(column), pa.array(wanted, data.schema.field(column).type)))
-            pieces.append(data.select(list(columns)))
-    if not pieces:
+    wanted = np.unique(np.asarray(list(values), dtype=np.int64))
+    work = []
+    if len(wanted) and lake.exists(table):
+        work = [(layout, groups) for layout in table_layout(lake, table, column, partitions=partitions)
+                if (groups := layout.groups_holding(wanted))]  # fmt: skip
+
+    def read(layout: DataFileLayout, groups: list[int], threads: bool) -> pa.Table:
+        with lake.storage.open_mapped(f"{table}/{layout.path}") as source:
+            data = pq.ParquetFile(source, metadata=layout.metadata).read_row_groups(
+                groups, columns=list(dict.fromkeys([*columns, column])), use_threads=threads
+            )
+        data = data.filter(pc.is_in(data.column(column), pa.array(wanted, data.schema.field(column).type)))
+        return data.select(list(columns))
+
+    if not work:
         return schema.empty_table().select(list(columns))
-    return pa.concat_tables(pieces)
+    if len(work) == 1 or READ_THREADS < 2:
+        return pa.concat_tables([read(layout, groups, True) for layout, groups in work])
+    # A file's few row groups are too little work for Arrow's column threads; files are read side by side.
+    return pa.concat_tables(list(_pool().map(lambda item: read(*item, False), work)))
+
+
+_read_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _read_pool
+    with _pool_lock:
+        if _read_pool is None:
+            _read_pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="rmqlake-lookup")
+        return _read_pool
