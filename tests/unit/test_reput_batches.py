@@ -19,6 +19,23 @@ from rmqlake.formats.javahash import index_key_hash
 from rmqlake.formats.record import consumes_queue_offset
 from rmqlake.transforms.reput import cq_units_of_batch, index_keys_of_batch
 
+# The commitlog columns the dispatch reads, as the reput task gets them.
+DISPATCH_INPUT = pa.schema(
+    [
+        ("physical_offset", pa.int64()),
+        ("total_size", pa.int32()),
+        ("sys_flag", pa.int32()),
+        ("store_timestamp", pa.int64()),
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("queue_offset", pa.int64()),
+        ("tags", pa.string()),
+        ("uniq_key", pa.string()),
+        ("keys_property", pa.string()),
+        ("delay_property", pa.string()),
+    ]
+)
+
 
 def _batch(count: int, seed: int) -> pa.RecordBatch:
     rng = random.Random(seed)
@@ -41,24 +58,7 @@ def _batch(count: int, seed: int) -> pa.RecordBatch:
                 "delay_property": rng.choice([None, "3", "0", "99", "x"]) if topic == SCHEDULE_TOPIC else None,
             }
         )
-    return pa.RecordBatch.from_pylist(
-        rows,
-        schema=pa.schema(
-            [
-                ("physical_offset", pa.int64()),
-                ("total_size", pa.int32()),
-                ("sys_flag", pa.int32()),
-                ("store_timestamp", pa.int64()),
-                ("topic", pa.string()),
-                ("queue_id", pa.int32()),
-                ("queue_offset", pa.int64()),
-                ("tags", pa.string()),
-                ("uniq_key", pa.string()),
-                ("keys_property", pa.string()),
-                ("delay_property", pa.string()),
-            ]
-        ),
-    )
+    return pa.RecordBatch.from_pylist(rows, schema=DISPATCH_INPUT)
 
 
 @pytest.mark.parametrize("levels", [DEFAULT_DELAY_LEVELS, "1s 2s 3s"])

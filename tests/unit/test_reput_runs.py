@@ -27,24 +27,10 @@ from rmqlake.transforms.reput import (
     runs_are_disjoint,
     summarize,
 )
+from tests.unit.test_reput_batches import DISPATCH_INPUT
 
 SEGMENT = 64 * 1024
 SLOTS = 97
-_SCHEMA = pa.schema(
-    [
-        ("physical_offset", pa.int64()),
-        ("total_size", pa.int32()),
-        ("sys_flag", pa.int32()),
-        ("store_timestamp", pa.int64()),
-        ("topic", pa.string()),
-        ("queue_id", pa.int32()),
-        ("queue_offset", pa.int64()),
-        ("tags", pa.string()),
-        ("uniq_key", pa.string()),
-        ("keys_property", pa.string()),
-        ("delay_property", pa.string()),
-    ]
-)
 
 
 def _commitlog(count: int, seed: int, *, indexed: bool = True) -> list[dict]:
@@ -96,8 +82,8 @@ def _packed_batches(rows: list[dict], seed: int) -> list[pa.RecordBatch]:
         take = rng.randint(1, 3)
         batch_rows = [row for piece in slices[:take] for row in piece]
         slices = slices[take:]
-        batches.append(pa.RecordBatch.from_pylist(batch_rows, schema=_SCHEMA))
-    batches.append(pa.RecordBatch.from_pylist([], schema=_SCHEMA))  # an empty batch
+        batches.append(pa.RecordBatch.from_pylist(batch_rows, schema=DISPATCH_INPUT))
+    batches.append(pa.RecordBatch.from_pylist([], schema=DISPATCH_INPUT))  # an empty batch
     return batches
 
 
@@ -108,7 +94,7 @@ def _dispatched(batches: list[pa.RecordBatch]) -> pa.Table:
 
 def _global_order(rows: list[dict]) -> list[dict]:
     """The reference: every index key, sorted by (physical offset, position in the message)."""
-    keys = index_keys_of_batch(pa.RecordBatch.from_pylist(rows, schema=_SCHEMA), slots=SLOTS).to_pylist()
+    keys = index_keys_of_batch(pa.RecordBatch.from_pylist(rows, schema=DISPATCH_INPUT), slots=SLOTS).to_pylist()
     return sorted(keys, key=lambda k: (k["physical_offset"], k["key_pos"]))
 
 
