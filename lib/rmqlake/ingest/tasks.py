@@ -556,7 +556,7 @@ WRITTEN = columns(
 
 # Columns worth dictionary pages (few distinct values); trying it on bodies, ids, offsets and times (nearly one
 # value per row) only costs time, and their plain pages are no bigger.
-_DICTIONARY_COLUMNS = [
+DICTIONARY_COLUMNS = [
     name
     for name in COMMITLOG_FILE_SCHEMA.names
     if name
@@ -652,7 +652,7 @@ def write_partition(
             f"{target.commitlog_dir}/{relative}",
             row_group_size=rows_per_group,
             compression="snappy",
-            use_dictionary=_DICTIONARY_COLUMNS,
+            use_dictionary=DICTIONARY_COLUMNS,
         )
         writer.write(table.slice(first, end - first))
         writer.close()

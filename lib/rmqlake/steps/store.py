@@ -73,7 +73,6 @@ from rmqlake.store import (
 from rmqlake.store.imports import ImportTarget, import_files, import_task
 from rmqlake.store.schedule import schedule_progress
 from rmqlake.timeutil import parse_timestamp, to_datetime
-from rmqlake.transforms.columns import dispatchable
 from rmqlake.transforms.segments import DELETED, update_segments
 
 log = logging.getLogger(__name__)
@@ -670,27 +669,6 @@ def _imported_schedule(staged_messages, settings: Settings, totals: dict, delay_
         "delay_offsets_differing": differing,
     }
     return {"state": progress.state, "metrics": metrics}
-
-
-def _totals(messages) -> dict:
-    """``_fold_totals`` of a group-by of ``messages`` (a Spark frame of commitlog rows): the reference for the
-    import tasks' per-queue totals (``store.imports.QueueTotals``)."""
-    offset = F.col("physical_offset")
-    groups = (
-        messages.groupBy("segment", "topic", "queue_id")
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.sum("total_size").alias("b"),
-            F.max(offset + F.col("total_size")).alias("data_end"),
-            F.min(offset).alias("first_offset"),
-            F.max(offset).alias("last_offset"),
-            F.min_by("store_timestamp", offset).alias("first_store_timestamp"),
-            F.max_by("store_timestamp", offset).alias("last_store_timestamp"),
-            F.max(F.when(dispatchable(), F.col("queue_offset"))).alias("last_dispatched"),
-        )
-        .collect()
-    )  # one row per segment and queue
-    return _fold_totals(groups)
 
 
 def _fold_totals(groups) -> dict:
