@@ -17,6 +17,7 @@ from rmqlake.transforms.reput import (
     UNIT,
     KeyRun,
     OpenIndexFile,
+    TaskDispatch,
     contiguous_runs,
     cq_units_of_batch,
     dispatch_batch,
@@ -133,6 +134,71 @@ def test_per_run_numbering_equals_the_global_order(seed):
     got = name_new_files(plan, times, times, zone="Asia/Shanghai", last_name=open_file.name)
     want = name_new_files(plan, by_ordinal, by_ordinal, zone="Asia/Shanghai", last_name=open_file.name)
     assert got == want
+
+
+def _tasks_reading_files(rows: list[dict], seed: int) -> list[list[pa.RecordBatch]]:
+    """The commitlog cut into file-like slices; each task reads a few slices (in any order) in batches of any
+    size, so that a batch may end inside a slice and the next one go on from there."""
+    rng = random.Random(seed)
+    cuts = sorted({0, len(rows), *rng.sample(range(1, len(rows)), 10)})
+    slices = [rows[a:b] for a, b in itertools.pairwise(cuts)]
+    rng.shuffle(slices)
+    tasks = []
+    while slices:
+        take = rng.randint(1, 4)
+        task_rows = [row for piece in slices[:take] for row in piece]
+        slices = slices[take:]
+        bounds = sorted({0, len(task_rows), *rng.sample(range(1, len(task_rows)), min(5, len(task_rows) - 1))})
+        tasks.append(
+            [pa.RecordBatch.from_pylist(task_rows[a:b], schema=DISPATCH_INPUT) for a, b in itertools.pairwise(bounds)]
+        )
+    return tasks
+
+
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_a_task_carries_its_runs_across_batches_and_numbers_as_the_global_order(seed):
+    rows = _commitlog(700, seed)
+    tasks = _tasks_reading_files(rows, seed)
+    out = []
+    for batches in tasks:
+        task = TaskDispatch(units_per_file=50, slots=SLOTS)
+        for batch in batches:
+            out.extend(task.add(batch))
+        out.extend(task.finish())
+    table = pa.Table.from_batches(out)
+    summary = summarize(table.filter(pa.compute.greater_equal(table.column("kind"), RUN)).to_pylist())
+    assert runs_are_disjoint(summary.runs)
+    assert summary.messages == len(rows)
+    assert table.filter(pa.compute.equal(table.column("kind"), BATCH)).num_rows == len(tasks)
+    # one run per stretch of records a task read back to back, however many batches it took
+    stretches = 0
+    for batches in tasks:
+        task_rows = pa.Table.from_batches(batches)
+        offsets = task_rows.column("physical_offset").to_numpy()
+        sizes = task_rows.column("total_size").to_numpy()
+        stretches += len(contiguous_runs(offsets, sizes))
+    assert len(summary.runs) <= stretches < sum(len(batches) for batches in tasks) + len(tasks) * 4
+    plan = plan_index({run.start: run.count for run in summary.runs}, open_file=None, max_entries=83)
+    keys = table.filter(pa.compute.equal(table.column("kind"), KEY)).to_pylist()
+    numbered = sorted(keys, key=lambda k: plan.partition_starts[k["run_start"]] + k["local_no"])
+    fields = ["physical_offset", "key_pos", "store_timestamp", "topic", "key_hash", "slot"]
+    assert [{f: k[f] for f in fields} for k in numbered] == _global_order(rows)
+    assert sorted(plan.partition_starts[k["run_start"]] + k["local_no"] for k in keys) == list(range(plan.total))
+    by_ordinal = {i: k["store_timestamp"] for i, k in enumerate(_global_order(rows))}
+    assert all(by_ordinal[o] == t for o, t in run_timestamps(summary.runs, plan).items())
+    # the same rows as a dispatch batch by batch, which closes every run at the end of its batch
+    per_batch = pa.Table.from_batches(
+        [
+            part
+            for batches in tasks
+            for batch in batches
+            for part in dispatch_batch(batch, units_per_file=50, slots=SLOTS)
+        ]
+    )
+    per_batch_runs = per_batch.filter(pa.compute.equal(per_batch.column("kind"), RUN)).num_rows
+    assert len(summary.runs) < per_batch_runs
+    units = [t.filter(pa.compute.equal(t.column("kind"), UNIT)).sort_by("physical_offset") for t in (table, per_batch)]
+    assert units[0].equals(units[1])
 
 
 def test_summary_counts_messages_units_and_the_last_unit():

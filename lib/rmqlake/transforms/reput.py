@@ -163,23 +163,23 @@ def index_keys_of_batch(batch: pa.RecordBatch, *, slots: int) -> pa.RecordBatch:
 # What one pass over the commitlog gives (``dispatch``): every row is one of these kinds.
 UNIT, KEY, RUN, BATCH = 0, 1, 2, 3
 DISPATCHED = columns(
-    ("kind", "int", "0: a CQ unit, 1: an index key, 2: a run of index keys, 3: a batch of commitlog rows"),
+    ("kind", "int", "0: a CQ unit, 1: an index key, 2: a run of index keys, 3: the totals of a task's commitlog rows"),
     ("topic", "string", "unit, key: the message's topic"),
     ("queue_id", "int", "unit: the queue"),
     ("queue_offset", "bigint", "unit: the queue offset"),
-    ("physical_offset", "bigint", "unit, key: the message's offset; run: its first key's; batch: its last unit's"),
+    ("physical_offset", "bigint", "unit, key: the message's offset; run: its first key's; totals: the last unit's"),
     ("total_size", "int", "unit: the message's total size"),
     ("tags_code", "bigint", "unit: the tagsCode"),
-    ("store_timestamp", "bigint", "unit, key: the message's store time; run: its first key's; batch: last unit's"),
+    ("store_timestamp", "bigint", "unit, key: the message's store time; run: its first key's; totals: last unit's"),
     ("cq_file", "string", "unit: the CQ file name"),
     ("key_pos", "int", "key: the key's position among the message's index keys"),
     ("key_hash", "int", "key: abs(String.hashCode) of topic#key"),
     ("slot", "int", "key: the hash slot"),
     ("run_start", "bigint", "key, run: the physical offset of the run's first key (names the run)"),
-    ("local_no", "bigint", "key: 0-based position in its run, in dispatch order; run: its keys; batch: its rows"),
+    ("local_no", "bigint", "key: 0-based position in its run, in dispatch order; run: its keys; totals: rows read"),
     ("last_offset", "bigint", "run: the physical offset of its last key"),
     ("last_timestamp", "bigint", "run: the store time of its last key"),
-    ("units", "bigint", "batch: its CQ units"),
+    ("units", "bigint", "totals: CQ units"),
 )
 _DISPATCHED_SCHEMA = DISPATCHED.arrow_schema
 
@@ -215,96 +215,154 @@ def dispatch_batch(
     index: bool = True,
     delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE,
 ) -> list[pa.RecordBatch]:
-    """Everything reput needs of one batch of commitlog rows, in ``DISPATCHED`` rows.
+    """Everything reput needs of one batch of commitlog rows, in ``DISPATCHED`` rows (``TaskDispatch`` of a
+    task that reads this one batch)."""
+    task = TaskDispatch(units_per_file=units_per_file, slots=slots, index=index, delay_levels=delay_levels)
+    return [*task.add(batch), *task.finish()]
 
-    CQ units (``cq_units_of_batch``); with ``index``, the index keys
-    (``index_keys_of_batch``) of each run of increasing physical offsets, in
-    dispatch order and numbered within the run, one RUN row per run that has
-    keys (its count, first and last key); one BATCH row (rows read, units,
-    the last unit's offset and store time).
-    """
-    out = []
-    units = cq_units_of_batch(batch, units_per_file=units_per_file, delay_levels=delay_levels)
-    if units.num_rows:
-        out.append(
-            _dispatched(
-                UNIT,
-                units.num_rows,
-                {
-                    "topic": units.column("topic"),
-                    "queue_id": units.column("queue_id"),
-                    "queue_offset": units.column("queue_offset"),
-                    "physical_offset": units.column("commitlog_offset"),
-                    "total_size": units.column("size"),
-                    "tags_code": units.column("tags_code"),
-                    "store_timestamp": units.column("store_timestamp"),
-                    "cq_file": units.column("cq_file"),
-                },
-            )
+
+@dataclass
+class _OpenRun:
+    """The run of index keys that the next batch may go on with: its first key and count so far, its last key."""
+
+    start: int
+    count: int
+    first_timestamp: int
+    last_offset: int
+    last_timestamp: int
+
+    def row(self) -> pa.RecordBatch:
+        return _dispatched(
+            RUN,
+            1,
+            {
+                "physical_offset": pa.array([self.start], pa.int64()),
+                "store_timestamp": pa.array([self.first_timestamp], pa.int64()),
+                "run_start": pa.array([self.start], pa.int64()),
+                "local_no": pa.array([self.count], pa.int64()),
+                "last_offset": pa.array([self.last_offset], pa.int64()),
+                "last_timestamp": pa.array([self.last_timestamp], pa.int64()),
+            },
         )
-    if index:
+
+
+class TaskDispatch:
+    """Everything reput needs of the commitlog rows one task reads, batch after batch, in ``DISPATCHED`` rows.
+
+    ``add(batch)`` gives the batch's CQ units (``cq_units_of_batch``) and, with
+    ``index``, its index keys (``index_keys_of_batch``) of each run of records
+    that follow each other in the commitlog, in dispatch order and numbered
+    within the run. A run goes on across batches while the next batch starts
+    where the previous one ended (a task reads a file's row groups in order), so
+    ``finish()`` gives one RUN row per run with keys (its count, first and last
+    key) and one BATCH row for the task (rows read, units, the last unit's
+    offset and store time): what the driver collects grows with the tasks and
+    the files, not with the messages.
+    """
+
+    def __init__(
+        self,
+        *,
+        units_per_file: int,
+        slots: int,
+        index: bool = True,
+        delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE,
+    ):
+        self.units_per_file, self.slots, self.index, self.delay_levels = units_per_file, slots, index, delay_levels
+        self.rows = self.units = 0
+        self.last_unit: tuple[int, int] | None = None  # (physical offset, store time) of the newest unit
+        self.records_end: int | None = None  # where the last record read ends: a batch starting there goes on
+        self.open_run: _OpenRun | None = None
+        self.closed: list[_OpenRun] = []
+
+    def add(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        out = []
+        self.rows += batch.num_rows
+        units = cq_units_of_batch(batch, units_per_file=self.units_per_file, delay_levels=self.delay_levels)
+        if units.num_rows:
+            out.append(
+                _dispatched(
+                    UNIT,
+                    units.num_rows,
+                    {
+                        "topic": units.column("topic"),
+                        "queue_id": units.column("queue_id"),
+                        "queue_offset": units.column("queue_offset"),
+                        "physical_offset": units.column("commitlog_offset"),
+                        "total_size": units.column("size"),
+                        "tags_code": units.column("tags_code"),
+                        "store_timestamp": units.column("store_timestamp"),
+                        "cq_file": units.column("cq_file"),
+                    },
+                )
+            )
+            self.units += units.num_rows
+            unit_offsets = units.column("commitlog_offset").to_numpy(zero_copy_only=False)
+            newest = int(np.argmax(unit_offsets))
+            if self.last_unit is None or int(unit_offsets[newest]) > self.last_unit[0]:
+                self.last_unit = (int(unit_offsets[newest]), units.column("store_timestamp")[newest].as_py())
+        if not self.index or not batch.num_rows:
+            return out
         offsets = batch.column("physical_offset").to_numpy(zero_copy_only=False)
         sizes = batch.column("total_size").to_numpy(zero_copy_only=False)
         for start, stop in contiguous_runs(offsets, sizes):
-            keys = index_keys_of_batch(batch.slice(start, stop - start), slots=slots)
-            if not keys.num_rows:
-                continue
-            order = np.lexsort(
-                (keys.column("key_pos").to_numpy(zero_copy_only=False), keys.column("physical_offset").to_numpy())
-            )
-            keys = keys.take(pa.array(order))
-            key_offsets = keys.column("physical_offset")
-            key_times = keys.column("store_timestamp")
-            count, first, last = keys.num_rows, key_offsets[0].as_py(), key_offsets[-1].as_py()
-            out.append(
-                _dispatched(
-                    KEY,
-                    count,
-                    {
-                        "topic": keys.column("topic"),
-                        "physical_offset": key_offsets,
-                        "store_timestamp": key_times,
-                        "key_pos": keys.column("key_pos"),
-                        "key_hash": keys.column("key_hash"),
-                        "slot": keys.column("slot"),
-                        "run_start": pa.array(np.full(count, first, np.int64)),
-                        "local_no": pa.array(np.arange(count, dtype=np.int64)),
-                    },
-                )
-            )
-            out.append(
-                _dispatched(
-                    RUN,
-                    1,
-                    {
-                        "physical_offset": pa.array([first], pa.int64()),
-                        "store_timestamp": key_times.slice(0, 1),
-                        "run_start": pa.array([first], pa.int64()),
-                        "local_no": pa.array([count], pa.int64()),
-                        "last_offset": pa.array([last], pa.int64()),
-                        "last_timestamp": key_times.slice(count - 1, 1),
-                    },
-                )
-            )
-    last_unit = {}
-    if units.num_rows:
-        newest = int(np.argmax(units.column("commitlog_offset").to_numpy(zero_copy_only=False)))
-        last_unit = {
-            "physical_offset": units.column("commitlog_offset").slice(newest, 1),
-            "store_timestamp": units.column("store_timestamp").slice(newest, 1),
-        }
-    out.append(
-        _dispatched(
-            BATCH,
-            1,
+            if self.records_end is None or int(offsets[start]) != self.records_end:
+                self._close_run()
+            self.records_end = int(offsets[stop - 1]) + int(sizes[stop - 1])
+            keys = index_keys_of_batch(batch.slice(start, stop - start), slots=self.slots)
+            if keys.num_rows:
+                out.append(self._numbered(keys))
+        return out
+
+    def _numbered(self, keys: pa.RecordBatch) -> pa.RecordBatch:
+        """KEY rows of ``keys`` (one run of records), in dispatch order, going on with the open run."""
+        order = np.lexsort(
+            (keys.column("key_pos").to_numpy(zero_copy_only=False), keys.column("physical_offset").to_numpy())
+        )
+        keys = keys.take(pa.array(order))
+        key_offsets = keys.column("physical_offset")
+        key_times = keys.column("store_timestamp")
+        count = keys.num_rows
+        if self.open_run is None:
+            self.open_run = _OpenRun(key_offsets[0].as_py(), 0, key_times[0].as_py(), 0, 0)
+        run = self.open_run
+        numbered = _dispatched(
+            KEY,
+            count,
             {
-                "local_no": pa.array([batch.num_rows], pa.int64()),
-                "units": pa.array([units.num_rows], pa.int64()),
-                **last_unit,
+                "topic": keys.column("topic"),
+                "physical_offset": key_offsets,
+                "store_timestamp": key_times,
+                "key_pos": keys.column("key_pos"),
+                "key_hash": keys.column("key_hash"),
+                "slot": keys.column("slot"),
+                "run_start": pa.array(np.full(count, run.start, np.int64)),
+                "local_no": pa.array(np.arange(run.count, run.count + count, dtype=np.int64)),
             },
         )
-    )
-    return out
+        run.count += count
+        run.last_offset, run.last_timestamp = key_offsets[-1].as_py(), key_times[-1].as_py()
+        return numbered
+
+    def _close_run(self) -> None:
+        if self.open_run is not None:
+            self.closed.append(self.open_run)
+            self.open_run = None
+
+    def finish(self) -> list[pa.RecordBatch]:
+        """The task's RUN rows and its BATCH row (none if it read no batch)."""
+        self._close_run()
+        out = [run.row() for run in self.closed]
+        self.closed = []
+        last_unit = {}
+        if self.last_unit is not None:
+            last_unit = {
+                "physical_offset": pa.array([self.last_unit[0]], pa.int64()),
+                "store_timestamp": pa.array([self.last_unit[1]], pa.int64()),
+            }
+        batch_row = {"local_no": pa.array([self.rows], pa.int64()), "units": pa.array([self.units], pa.int64())}
+        out.append(_dispatched(BATCH, 1, {**batch_row, **last_unit}))
+        return out
 
 
 def dispatch(
@@ -315,13 +373,13 @@ def dispatch(
     index: bool = True,
     delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE,
 ):
-    """One pass over the commitlog rows: ``DISPATCHED`` rows (``dispatch_batch`` of each Arrow batch)."""
+    """One pass over the commitlog rows: ``DISPATCHED`` rows (a ``TaskDispatch`` per Spark task)."""
 
     def rows(batches):
+        task = TaskDispatch(units_per_file=units_per_file, slots=slots, index=index, delay_levels=delay_levels)
         for batch in batches:
-            yield from dispatch_batch(
-                batch, units_per_file=units_per_file, slots=slots, index=index, delay_levels=delay_levels
-            )
+            yield from task.add(batch)
+        yield from task.finish()
 
     return messages.select(*DISPATCH_COLUMNS).mapInArrow(rows, DISPATCHED.ddl)
 
