@@ -8,8 +8,11 @@ out by hand (h = 31·h + char): "A" = 65, "TagA" = 2598919, "T#a" = 81906,
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql import Observation
 
 from rmqlake.lake.tables import CONSUMEQUEUE
 from rmqlake.transforms.columns import dispatchable
@@ -27,7 +30,9 @@ from rmqlake.transforms.reput import (
     consume_queue_units,
     dispatch_requests,
     header_aggregates,
+    header_observations,
     index_keys,
+    observed_aggregates,
     order_keys,
 )
 from rmqlake.transforms.segments import segment_aggregates
@@ -164,6 +169,24 @@ def test_header_aggregates_first_and_last_entry_of_each_file(spark):
         last_phy_offset bigint, new_slots bigint, last_index_no int, first_index_no int""",
     )
     equal(header_aggregates(rows), expected)
+
+
+def test_header_observations_equal_the_aggregates_read_back(spark):
+    # observed while the entries are written: the same fields as header_aggregates, per file of the run
+    rng = random.Random(11)
+    entries = []
+    for name in ("20231114221320000", "20231114231320000", "20231115001320000"):
+        for number in rng.sample(range(1, 400), 120):
+            entries.append((name, number, rng.choice([0, 0, number - 1]), rng.randrange(10**12), rng.randrange(10**9)))
+    rows = spark.createDataFrame(
+        entries, "index_file string, index_no int, prev_index int, store_timestamp bigint, phy_offset bigint"
+    )
+    files = ["20231114221320000", "20231114231320000", "no-entries-here", "20231115001320000"]
+    observation = Observation("headers")
+    rows.observe(observation, *header_observations(files)).write.format("noop").mode("overwrite").save()
+    got = sorted(observed_aggregates(files, observation.get), key=lambda r: r["index_file"])
+    want = sorted((r.asDict() for r in header_aggregates(rows).collect()), key=lambda r: r["index_file"])
+    assert got == want and len(got) == 3
 
 
 COMMITLOG_KEYS_DDL = "topic string, physical_offset bigint, sys_flag int, properties map<string,string>"

@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 
 import pyarrow as pa
+from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
 from rmqlake.config import Settings
@@ -225,11 +226,22 @@ def _build_index(spark, settings: Settings, lake: Lake, run: LakeRun, keys, summ
     index_partitions = max(partitions, math.ceil(plan.total / 2_000_000))
     by_slot = numbered.repartitionByRange(index_partitions, "index_file", "slot")
     rows = T.index_rows(T.chain_entries(by_slot, seeds=seeds))
+    # The header fields are aggregated while the entries are written (a few files a run), not read back.
+    files = [*([open_file.name] if open_file and plan.room > 0 else []), *plan.new_files]
+    observation = Observation("index headers") if 0 < len(files) <= T.OBSERVED_FILES_MAX else None
+    if observation is not None:
+        rows = rows.observe(observation, *T.header_observations(files))
     sorted_rows = rows.sortWithinPartitions("index_file", "slot", "index_no")
     stage_dataframe(run, sorted_rows, "indexfile", options={"parquet.block.size": str(INDEX_ROW_GROUP_BYTES)})
     if ordered is not None:
         ordered.unpersist()
-    aggregates = [r.asDict() for r in T.header_aggregates(spark.read.parquet(run.staging_uri("indexfile"))).collect()]
+    if observation is not None:
+        aggregates = T.observed_aggregates(files, observation.get)
+    elif files:
+        staged = spark.read.parquet(run.staging_uri("indexfile"))
+        aggregates = [r.asDict() for r in T.header_aggregates(staged).collect()]
+    else:
+        aggregates = []
     merged = T.merge_headers(headers, aggregates)
     run.stage_arrow(
         "indexfile_header", pa.Table.from_pylist(merged, schema=INDEXFILE_HEADER.arrow_schema), mode="overwrite"

@@ -686,6 +686,50 @@ def header_aggregates(rows):
     )
 
 
+# Files a run writes entries to whose header aggregates are observed during the write (``header_observations``);
+# a run writing to more (tiny index files) reads its staged entries back (``header_aggregates``).
+OBSERVED_FILES_MAX = 16
+_HEADER_FIELDS = (
+    "first_timestamp",
+    "first_phy_offset",
+    "last_timestamp",
+    "last_phy_offset",
+    "new_slots",
+    "last_index_no",
+    "first_index_no",
+)
+
+
+def header_observations(files: list[str]) -> list:
+    """``header_aggregates`` of ``files`` as aggregate columns of one row, to observe (``DataFrame.observe``)
+    while the rows are written instead of reading them back: ``<field>_<n>`` for the n-th of ``files``."""
+    from pyspark.sql import functions as F
+
+    columns = []
+    for n, name in enumerate(files):
+        number = F.when(F.col("index_file") == F.lit(name), F.col("index_no"))  # null elsewhere: min_by skips it
+        columns += [
+            F.min_by("store_timestamp", number).alias(f"first_timestamp_{n}"),
+            F.min_by("phy_offset", number).alias(f"first_phy_offset_{n}"),
+            F.max_by("store_timestamp", number).alias(f"last_timestamp_{n}"),
+            F.max_by("phy_offset", number).alias(f"last_phy_offset_{n}"),
+            F.sum(F.when(number.isNotNull() & (F.col("prev_index") == 0), 1).otherwise(0)).alias(f"new_slots_{n}"),
+            F.max(number).alias(f"last_index_no_{n}"),
+            F.min(number).alias(f"first_index_no_{n}"),
+        ]
+    return columns
+
+
+def observed_aggregates(files: list[str], observed: Mapping) -> list[dict]:
+    """``header_aggregates``' rows from ``header_observations``' values (files without entries left out)."""
+    rows = []
+    for n, name in enumerate(files):
+        if observed.get(f"last_index_no_{n}") is None:
+            continue
+        rows.append({"index_file": name, **{field: observed[f"{field}_{n}"] for field in _HEADER_FIELDS}})
+    return rows
+
+
 def merge_headers(existing: Iterable[Mapping], aggregates: Iterable[Mapping]) -> list[dict]:
     """``indexfile_header`` rows after the run (the broker's header fields)."""
     headers = {row["index_file"]: dict(row) for row in existing}
