@@ -74,9 +74,9 @@ def commitlog_files() -> list[Path]:
 
 
 def writer_options() -> dict:
-    from rmqlake.ingest.tasks import _DICTIONARY_COLUMNS
+    from rmqlake.ingest.tasks import DICTIONARY_COLUMNS
 
-    return {"compression": "snappy", "use_dictionary": _DICTIONARY_COLUMNS}
+    return {"compression": "snappy", "use_dictionary": DICTIONARY_COLUMNS}
 
 
 def rewrite(source: Path, target: Path, rows: int, **extra) -> float:
