@@ -12,6 +12,7 @@ import pytest
 from rmqlake.formats.consumequeue import SCHEDULE_TOPIC
 from rmqlake.transforms.reput import (
     BATCH,
+    DISPATCHED_KEYS,
     KEY,
     RUN,
     UNIT,
@@ -26,6 +27,7 @@ from rmqlake.transforms.reput import (
     plan_index,
     run_timestamps,
     runs_are_disjoint,
+    saved_parts,
     summarize,
 )
 from tests.unit.test_reput_batches import DISPATCH_INPUT
@@ -229,3 +231,25 @@ def test_overlapping_runs_are_detected():
     assert runs_are_disjoint([KeyRun(0, 3, 1, 90, 2), KeyRun(100, 1, 3, 100, 3)])
     assert not runs_are_disjoint([KeyRun(0, 3, 1, 100, 2), KeyRun(100, 1, 3, 100, 3)])
     assert not runs_are_disjoint([KeyRun(0, 3, 1, 500, 2), KeyRun(100, 1, 3, 200, 3)])
+
+
+def test_what_a_task_saves_is_its_units_and_keys_and_only_totals_and_runs_reach_the_driver():
+    rows = _commitlog(400, 9)
+    batches = _tasks_reading_files(rows, 9)[0]
+    task = TaskDispatch(units_per_file=50, slots=SLOTS)
+    out = [part for batch in batches for part in task.add(batch)] + task.finish()
+    units, keys, summary = saved_parts(out)
+    dispatched = pa.Table.from_batches(out)
+    assert (
+        pa.Table.from_batches(units).to_pylist()
+        == pa.Table.from_batches([cq_units_of_batch(b, units_per_file=50) for b in batches]).to_pylist()
+    )
+    assert all(k.schema == DISPATCHED_KEYS.arrow_schema for k in keys)
+    assert (
+        pa.Table.from_batches(keys).to_pylist()
+        == dispatched.filter(pa.compute.equal(dispatched.column("kind"), KEY))
+        .select(DISPATCHED_KEYS.arrow_schema.names)
+        .to_pylist()
+    )
+    kinds = pa.Table.from_batches(summary).column("kind").to_pylist()
+    assert kinds.count(BATCH) == 1 and set(kinds) <= {RUN, BATCH}

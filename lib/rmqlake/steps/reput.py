@@ -16,7 +16,7 @@ from rmqlake.formats.segment import segment_file_name, segment_start
 from rmqlake.lake import Lake, LakeRun
 from rmqlake.lake.spark_io import read_table, stage_dataframe
 from rmqlake.lake.state import ReputState
-from rmqlake.lake.tables import INDEXFILE_HEADER
+from rmqlake.lake.tables import CONSUMEQUEUE, INDEXFILE_HEADER
 from rmqlake.progress import Stages
 from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.transforms import reput as T
@@ -80,31 +80,33 @@ def _reput(spark, settings: Settings, step: StepRun) -> dict:
     commitlog = read_table(spark, lake, "commitlog", partition_filters=[("segment", ">=", first_segment)])
     messages = T.dispatch_requests(commitlog.filter(F.col("physical_offset") >= dispatched))
     partitions = max(settings.spark.shuffle_partitions, 1)
-    with stages("dispatch") as note:
-        # One pass over the commitlog for both outputs; cached, as the units, the keys and the summary read it.
-        rows = T.dispatch(
-            messages,
-            units_per_file=store.cq_units_per_file,
-            slots=store.index_slots,
-            index=store.message_index_enable,
-            delay_levels=settings.schedule_rules().delay_levels,
-        ).persist()
-        summary = T.summarize(r.asDict() for r in rows.filter(F.col("kind") >= T.RUN).collect())
-        note.update(rows=summary.messages, units=summary.units, key_runs=len(summary.runs))
+    # One pass over the commitlog for both outputs: its tasks save the CQ units and the index keys as scratch
+    # Parquet, which the two stages then read (no cache of every unit and key). The scratch sits in the run's
+    # commitlog staging folder, which reput never writes (the stages overwrite their own tables' folders);
+    # a killed run's leftovers go with the rest of its staging folders.
+    scratch = T.DispatchScratch(
+        lake_root=lake.root,
+        storage_options=dict(settings.lake.storage_options),
+        folder=f"{run.staging_dir('commitlog')}/_dispatch",
+    )
     try:
+        with stages("dispatch") as note:
+            summary = T.summarize(
+                r.asDict()
+                for r in T.dispatch(
+                    messages,
+                    units_per_file=store.cq_units_per_file,
+                    slots=store.index_slots,
+                    index=store.message_index_enable,
+                    delay_levels=settings.schedule_rules().delay_levels,
+                    scratch=scratch,
+                ).collect()
+            )  # a few rows a task
+            note.update(rows=summary.messages, units=summary.units, key_runs=len(summary.runs))
         with stages("consume queue") as note:
             # One task per CQ file (at most cq_units_per_file units each, so the work per task is bounded): one data
             # file per CQ file, and no sampling pass that a range partitioning would make.
-            units = rows.filter(F.col("kind") == T.UNIT).select(
-                "topic",
-                "queue_id",
-                "queue_offset",
-                F.col("physical_offset").alias("commitlog_offset"),
-                F.col("total_size").alias("size"),
-                "tags_code",
-                "store_timestamp",
-                "cq_file",
-            )
+            units = _scratch_frame(spark, lake, scratch.units_dir, CONSUMEQUEUE.spark_schema, summary.units)
             cq_files = stage_dataframe(
                 run,
                 units.repartition(partitions, "topic", "queue_id", "cq_file").sortWithinPartitions(
@@ -120,7 +122,9 @@ def _reput(spark, settings: Settings, step: StepRun) -> dict:
 
         if store.message_index_enable:
             with stages("index") as note:
-                keys = rows.filter(F.col("kind") == T.KEY)
+                keys = _scratch_frame(
+                    spark, lake, scratch.keys_dir, T.DISPATCHED_KEYS.ddl, sum(r.count for r in summary.runs)
+                )
                 created, entries, index_ts = _build_index(
                     spark, settings, lake, run, keys, summary, partitions=partitions
                 )
@@ -129,7 +133,7 @@ def _reput(spark, settings: Settings, step: StepRun) -> dict:
             if index_ts is not None:
                 reput_state = replace(reput_state, index_msg_timestamp=index_ts)
     finally:
-        rows.unpersist()
+        lake.storage.delete_dir(scratch.folder)
     reput_state = replace(reput_state, dispatched_offset=end)
     with stages("commit"):
         versions = step.commit(replace(run.state, reput=reput_state), record=metrics)
@@ -156,10 +160,17 @@ def _reput(spark, settings: Settings, step: StepRun) -> dict:
     return metrics
 
 
+def _scratch_frame(spark, lake: Lake, folder: str, schema, expected: int):
+    """The scratch Parquet files the dispatch tasks saved under ``folder`` (none when ``expected`` is 0)."""
+    if not expected:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(lake.storage.uri(folder))
+
+
 def _build_index(spark, settings: Settings, lake: Lake, run: LakeRun, keys, summary, *, partitions: int):
     """Stage this run's index entries and the updated headers; returns (files created, entries, indexMsgTimestamp).
 
-    ``keys``: ``dispatch``'s KEY rows; ``summary``: its ``DispatchSummary``.
+    ``keys``: the index keys the dispatch saved (``DISPATCHED_KEYS``); ``summary``: its ``DispatchSummary``.
     """
     store = settings.store
     headers = lake.read_arrow("indexfile_header").to_pylist()

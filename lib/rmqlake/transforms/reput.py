@@ -365,6 +365,66 @@ class TaskDispatch:
         return out
 
 
+# The index keys of a dispatch as its tasks save them for the index stage (``dispatch`` with a ``DispatchScratch``).
+DISPATCHED_KEYS = columns(
+    ("topic", "string", "the message's topic"),
+    ("physical_offset", "bigint", "the message's offset"),
+    ("store_timestamp", "bigint", "the message's store time"),
+    ("key_pos", "int", "the key's position among the message's index keys"),
+    ("key_hash", "int", "abs(String.hashCode) of topic#key"),
+    ("slot", "int", "the hash slot"),
+    ("run_start", "bigint", "the physical offset of the run's first key (names the run)"),
+    ("local_no", "bigint", "0-based position in its run, in dispatch order"),
+)
+_UNIT_SOURCES = {"commitlog_offset": "physical_offset", "size": "total_size"}  # CQ column -> DISPATCHED column
+
+
+@dataclass(frozen=True)
+class DispatchScratch:
+    """Where a dispatch's tasks save its CQ units (``consumequeue`` rows) and index keys (``DISPATCHED_KEYS``),
+    relative to the lake root: one Parquet file of each per task, named by the task's partition, so a retried
+    task replaces its own files."""
+
+    lake_root: str
+    storage_options: dict
+    folder: str
+
+    @property
+    def units_dir(self) -> str:
+        return f"{self.folder}/units"
+
+    @property
+    def keys_dir(self) -> str:
+        return f"{self.folder}/keys"
+
+
+def _scratch_writer(scratch: DispatchScratch, folder: str, partition: int):
+    from rmqlake.ingest.scratch import AtomicParquet
+    from rmqlake.lake.storage import Storage
+
+    storage = Storage(scratch.lake_root, scratch.storage_options)
+    return AtomicParquet(storage, f"{folder}/part-{partition:05d}.parquet", row_group_size=1 << 20, compression="none")
+
+
+def saved_parts(out: Iterable[pa.RecordBatch]) -> tuple[list[pa.RecordBatch], list[pa.RecordBatch], list]:
+    """``TaskDispatch`` output split into CQ units (``consumequeue`` rows), index keys (``DISPATCHED_KEYS``) and
+    the RUN and BATCH rows the driver collects."""
+    units, keys, summary = [], [], []
+    for batch in out:
+        kind = batch.column(0)[0].as_py() if batch.num_rows else None
+        if kind == UNIT:
+            names = [_UNIT_SOURCES.get(name, name) for name in _CQ_SCHEMA.names]
+            units.append(pa.RecordBatch.from_arrays([batch.column(n) for n in names], schema=_CQ_SCHEMA))
+        elif kind == KEY:
+            keys.append(pa.RecordBatch.from_arrays([batch.column(n) for n in _KEYS_OUT.names], schema=_KEYS_OUT))
+        elif batch.num_rows:
+            summary.append(batch)
+    return units, keys, summary
+
+
+_KEYS_OUT = DISPATCHED_KEYS.arrow_schema
+
+
 def dispatch(
     messages,
     *,
@@ -372,16 +432,30 @@ def dispatch(
     slots: int,
     index: bool = True,
     delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE,
+    scratch: DispatchScratch,
 ):
-    """One pass over the commitlog rows: ``DISPATCHED`` rows (a ``TaskDispatch`` per Spark task)."""
+    """One pass over the commitlog rows (a ``TaskDispatch`` per Spark task): each task saves its CQ units and
+    index keys in ``scratch`` (pyarrow), and only its RUN and BATCH rows (``DISPATCHED``) come out, a few rows a
+    task: every unit and key going through Spark's rows and a cache cost more than the dispatch itself."""
 
-    def rows(batches):
+    def saved(batches):
+        from pyspark import TaskContext
+
+        partition = TaskContext.get().partitionId()
         task = TaskDispatch(units_per_file=units_per_file, slots=slots, index=index, delay_levels=delay_levels)
+        writers = {}  # a task killed half way leaves hidden temporary files only, which readers skip
         for batch in batches:
-            yield from task.add(batch)
-        yield from task.finish()
+            units, keys, _ = saved_parts(task.add(batch))
+            for folder, parts in ((scratch.units_dir, units), (scratch.keys_dir, keys)):
+                for part in parts:
+                    if folder not in writers:
+                        writers[folder] = _scratch_writer(scratch, folder, partition)
+                    writers[folder].write(part)
+        for writer in writers.values():
+            writer.close()
+        yield from saved_parts(task.finish())[2]
 
-    return messages.select(*DISPATCH_COLUMNS).mapInArrow(rows, DISPATCHED.ddl)
+    return messages.select(*DISPATCH_COLUMNS).mapInArrow(saved, DISPATCHED.ddl)
 
 
 @dataclass(frozen=True)
