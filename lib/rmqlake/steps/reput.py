@@ -238,7 +238,8 @@ def _build_index(spark, settings: Settings, lake: Lake, run: LakeRun, keys, summ
     by_slot = numbered.repartitionByRange(index_partitions, "index_file", "slot")
     rows = T.index_rows(T.chain_entries(by_slot, seeds=seeds))
     # The header fields are aggregated while the entries are written (a few files a run), not read back.
-    files = [*([open_file.name] if open_file and plan.room > 0 else []), *plan.new_files]
+    # (No entries, no files: an observation of an empty frame may never be reported.)
+    files = [*([open_file.name] if open_file and plan.room > 0 else []), *plan.new_files] if plan.total else []
     observation = Observation("index headers") if 0 < len(files) <= T.OBSERVED_FILES_MAX else None
     if observation is not None:
         rows = rows.observe(observation, *T.header_observations(files))

@@ -350,7 +350,7 @@ class TaskDispatch:
             self.open_run = None
 
     def finish(self) -> list[pa.RecordBatch]:
-        """The task's RUN rows and its BATCH row (none if it read no batch)."""
+        """The task's RUN rows (its runs with keys) and its BATCH row (its totals, zero if it read nothing)."""
         self._close_run()
         out = [run.row() for run in self.closed]
         self.closed = []
