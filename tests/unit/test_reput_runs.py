@@ -74,18 +74,24 @@ def _commitlog(count: int, seed: int, *, indexed: bool = True) -> list[dict]:
     return rows
 
 
-def _packed_batches(rows: list[dict], seed: int) -> list[pa.RecordBatch]:
-    """The commitlog cut into file-like slices, read by tasks in any order, several slices to a batch."""
-    rng = random.Random(seed)
-    cuts = sorted({0, len(rows), *rng.sample(range(1, len(rows)), 12)})
-    slices = [rows[a:b] for a, b in itertools.pairwise(cuts)]
+def _file_groups(rows: list[dict], rng: random.Random, *, cuts: int, most: int) -> list[list[dict]]:
+    """The commitlog cut at ``cuts`` places into file-like slices, which tasks read in any order, 1 to ``most``
+    slices each: the rows of each group of slices."""
+    bounds = sorted({0, len(rows), *rng.sample(range(1, len(rows)), cuts)})
+    slices = [rows[a:b] for a, b in itertools.pairwise(bounds)]
     rng.shuffle(slices)
-    batches = []
+    groups = []
     while slices:
-        take = rng.randint(1, 3)
-        batch_rows = [row for piece in slices[:take] for row in piece]
+        take = rng.randint(1, most)
+        groups.append([row for piece in slices[:take] for row in piece])
         slices = slices[take:]
-        batches.append(pa.RecordBatch.from_pylist(batch_rows, schema=DISPATCH_INPUT))
+    return groups
+
+
+def _packed_batches(rows: list[dict], seed: int) -> list[pa.RecordBatch]:
+    """Several file-like slices to a batch, and an empty batch."""
+    groups = _file_groups(rows, random.Random(seed), cuts=12, most=3)
+    batches = [pa.RecordBatch.from_pylist(group, schema=DISPATCH_INPUT) for group in groups]
     batches.append(pa.RecordBatch.from_pylist([], schema=DISPATCH_INPUT))  # an empty batch
     return batches
 
@@ -139,17 +145,11 @@ def test_per_run_numbering_equals_the_global_order(seed):
 
 
 def _tasks_reading_files(rows: list[dict], seed: int) -> list[list[pa.RecordBatch]]:
-    """The commitlog cut into file-like slices; each task reads a few slices (in any order) in batches of any
-    size, so that a batch may end inside a slice and the next one go on from there."""
+    """Each task reads a few file-like slices in batches of any size, so that a batch may end inside a slice and
+    the next one go on from there."""
     rng = random.Random(seed)
-    cuts = sorted({0, len(rows), *rng.sample(range(1, len(rows)), 10)})
-    slices = [rows[a:b] for a, b in itertools.pairwise(cuts)]
-    rng.shuffle(slices)
     tasks = []
-    while slices:
-        take = rng.randint(1, 4)
-        task_rows = [row for piece in slices[:take] for row in piece]
-        slices = slices[take:]
+    for task_rows in _file_groups(rows, rng, cuts=10, most=4):
         bounds = sorted({0, len(task_rows), *rng.sample(range(1, len(task_rows)), min(5, len(task_rows) - 1))})
         tasks.append(
             [pa.RecordBatch.from_pylist(task_rows[a:b], schema=DISPATCH_INPUT) for a, b in itertools.pairwise(bounds)]
