@@ -376,6 +376,7 @@ DISPATCHED_KEYS = columns(
     ("run_start", "bigint", "the physical offset of the run's first key (names the run)"),
     ("local_no", "bigint", "0-based position in its run, in dispatch order"),
 )
+_KEYS_OUT = DISPATCHED_KEYS.arrow_schema
 _UNIT_SOURCES = {"commitlog_offset": "physical_offset", "size": "total_size"}  # CQ column -> DISPATCHED column
 
 
@@ -397,13 +398,18 @@ class DispatchScratch:
     def keys_dir(self) -> str:
         return f"{self.folder}/keys"
 
+    def storage(self):
+        from rmqlake.lake.storage import Storage
+
+        return Storage(self.lake_root, self.storage_options)
+
 
 def _scratch_writer(scratch: DispatchScratch, folder: str, partition: int):
     from rmqlake.ingest.scratch import AtomicParquet
-    from rmqlake.lake.storage import Storage
 
-    storage = Storage(scratch.lake_root, scratch.storage_options)
-    return AtomicParquet(storage, f"{folder}/part-{partition:05d}.parquet", row_group_size=1 << 20, compression="none")
+    return AtomicParquet(
+        scratch.storage(), f"{folder}/part-{partition:05d}.parquet", row_group_size=1 << 20, compression="none"
+    )
 
 
 def saved_parts(out: Iterable[pa.RecordBatch]) -> tuple[list[pa.RecordBatch], list[pa.RecordBatch], list]:
@@ -420,9 +426,6 @@ def saved_parts(out: Iterable[pa.RecordBatch]) -> tuple[list[pa.RecordBatch], li
         elif batch.num_rows:
             summary.append(batch)
     return units, keys, summary
-
-
-_KEYS_OUT = DISPATCHED_KEYS.arrow_schema
 
 
 def dispatch(
