@@ -19,12 +19,14 @@ from rmqlake.lake.state import ReputState
 from rmqlake.lake.tables import CONSUMEQUEUE, INDEXFILE_HEADER
 from rmqlake.progress import Stages
 from rmqlake.steps.runner import StepRun, run_step
+from rmqlake.transforms import index_bands as B
 from rmqlake.transforms import reput as T
 
 log = logging.getLogger(__name__)
 DISPATCHED_APP_ID = "rmqlake.reput.dispatched"
-# ~16,000 entries a row group: a key lookup decodes one row group of each index file for its slot (4 MiB ones
-# cost ~4 ms a lookup, these ~1 ms), for ~0.5 MB of footers on a 5 M-message lake.
+# Row groups of the Spark-staged entries, ~10,000 of them (``index_bands.INDEX_ROW_GROUP_ROWS`` for the band
+# tasks): a key lookup decodes one row group of each index file for its slot (4 MiB ones cost ~4 ms a lookup,
+# these ~1 ms), for ~0.5 MB of footers on a 5 M-message lake.
 INDEX_ROW_GROUP_BYTES = 512 * 1024
 
 
@@ -126,7 +128,7 @@ def _reput(spark, settings: Settings, step: StepRun) -> dict:
                     spark, lake, scratch.keys_dir, T.DISPATCHED_KEYS.ddl, sum(r.count for r in summary.runs)
                 )
                 created, entries, index_ts = _build_index(
-                    spark, settings, lake, run, keys, summary, partitions=partitions
+                    spark, settings, lake, run, keys, summary, scratch=scratch, partitions=partitions
                 )
                 note.update(rows=entries, files_created=created)
             metrics.update(index_entries=entries, index_files_created=created)
@@ -167,10 +169,13 @@ def _scratch_frame(spark, lake: Lake, folder: str, schema, expected: int):
     return spark.read.schema(schema).parquet(lake.storage.uri(folder))
 
 
-def _build_index(spark, settings: Settings, lake: Lake, run: LakeRun, keys, summary, *, partitions: int):
+def _build_index(
+    spark, settings: Settings, lake: Lake, run: LakeRun, keys, summary, *, scratch: T.DispatchScratch, partitions: int
+):
     """Stage this run's index entries and the updated headers; returns (files created, entries, indexMsgTimestamp).
 
-    ``keys``: the index keys the dispatch saved (``DISPATCHED_KEYS``); ``summary``: its ``DispatchSummary``.
+    ``keys``: the index keys the dispatch saved in ``scratch`` (``DISPATCHED_KEYS``); ``summary``: its
+    ``DispatchSummary``.
     """
     store = settings.store
     headers = lake.read_arrow("indexfile_header").to_pylist()
@@ -223,37 +228,14 @@ def _build_index(spark, settings: Settings, lake: Lake, run: LakeRun, keys, summ
             zone=settings.broker.timezone,
             last_name=open_file.name if open_file else None,
         )
-    numbered = T.number_entries(with_ordinals, plan=plan)
-    seeds = None
-    if open_file and plan.room > 0 and plan.total > 0:
-        existing = read_table(spark, lake, "indexfile", partition_filters=[("index_file", "=", open_file.name)])
-        seeds = (
-            existing.groupBy("slot")
-            .agg(F.max("index_no").alias("seed_index"))
-            .withColumn("index_file", F.lit(open_file.name))
-        )
-    # Range-partitioned by slot before the chain: the chain's window then needs no shuffle of its own, the
-    # files cover slot ranges (a lookup's slot prunes them), and the sampling reads the cached keys, not the chain.
     index_partitions = max(partitions, math.ceil(plan.total / 2_000_000))
-    by_slot = numbered.repartitionByRange(index_partitions, "index_file", "slot")
-    rows = T.index_rows(T.chain_entries(by_slot, seeds=seeds))
-    # The header fields are aggregated while the entries are written (a few files a run), not read back.
-    # (No entries, no files: an observation of an empty frame may never be reported.)
-    files = [*([open_file.name] if open_file and plan.room > 0 else []), *plan.new_files] if plan.total else []
-    observation = Observation("index headers") if 0 < len(files) <= T.OBSERVED_FILES_MAX else None
-    if observation is not None:
-        rows = rows.observe(observation, *T.header_observations(files))
-    sorted_rows = rows.sortWithinPartitions("index_file", "slot", "index_no")
-    stage_dataframe(run, sorted_rows, "indexfile", options={"parquet.block.size": str(INDEX_ROW_GROUP_BYTES)})
-    if ordered is not None:
-        ordered.unpersist()
-    if observation is not None:
-        aggregates = T.observed_aggregates(files, observation.get)
-    elif files:
-        staged = spark.read.parquet(run.staging_uri("indexfile"))
-        aggregates = [r.asDict() for r in T.header_aggregates(staged).collect()]
+    if ordered is None:
+        aggregates = _stage_index_bands(
+            spark, lake, run, plan, scratch=scratch, slots=store.index_slots, bands=index_partitions
+        )
     else:
-        aggregates = []
+        aggregates = _stage_index_by_spark(spark, lake, run, with_ordinals, plan, partitions=index_partitions)
+        ordered.unpersist()
     merged = T.merge_headers(headers, aggregates)
     run.stage_arrow(
         "indexfile_header", pa.Table.from_pylist(merged, schema=INDEXFILE_HEADER.arrow_schema), mode="overwrite"
@@ -264,3 +246,68 @@ def _build_index(spark, settings: Settings, lake: Lake, run: LakeRun, keys, summ
     # checkpoint.indexMsgTimestamp: end time of the last full file, written when the next file is created
     index_ts = merged[-2]["end_timestamp"] if plan.new_files and len(merged) > 1 else None
     return len(plan.new_files), plan.total, index_ts
+
+
+def _stage_index_bands(
+    spark, lake: Lake, run: LakeRun, plan: T.IndexPlan, *, scratch: T.DispatchScratch, slots: int, bands: int
+):
+    """Stage the entries by band tasks (``index_bands``); the header aggregates of the files written."""
+    if not plan.total:
+        return []
+    open_parts = ()
+    if plan.open_file is not None and plan.room > 0:
+        open_parts = tuple(
+            B.OpenFilePart(f"indexfile/{f['path']}", f["min"]["slot"], f["max"]["slot"])
+            for f in lake.file_stats("indexfile", ["slot"])
+            if f["partition"].get("index_file") == plan.open_file.name
+        )
+    target = B.IndexBandTarget(
+        lake_root=lake.root,
+        storage_options=dict(scratch.storage_options),
+        keys_dir=scratch.keys_dir,
+        staging_dir=run.staging_dir("indexfile"),
+        run_id=run.run_id,
+        slots=slots,
+        bands=bands,
+        open_file_parts=open_parts,
+    )
+    context = spark.sparkContext
+    parts = (
+        context.parallelize(range(bands), bands)
+        .flatMap(lambda band: B.build_band(band, target=target, plan=plan))
+        .collect()
+    )  # a few rows a task
+    run.collect_staged("indexfile")
+    return B.combine_header_parts(parts)
+
+
+def _stage_index_by_spark(spark, lake: Lake, run: LakeRun, with_ordinals, plan: T.IndexPlan, *, partitions: int):
+    """Stage the entries by Spark (keys numbered by a global sort); the header aggregates of the files written."""
+    numbered = T.number_entries(with_ordinals, plan=plan)
+    seeds = None
+    open_file = plan.open_file
+    files = [*([open_file.name] if open_file and plan.room > 0 else []), *plan.new_files] if plan.total else []
+    if open_file and plan.room > 0 and plan.total > 0:
+        existing = read_table(spark, lake, "indexfile", partition_filters=[("index_file", "=", open_file.name)])
+        seeds = (
+            existing.groupBy("slot")
+            .agg(F.max("index_no").alias("seed_index"))
+            .withColumn("index_file", F.lit(open_file.name))
+        )
+    # Range-partitioned by slot before the chain: the chain's window then needs no shuffle of its own, and the
+    # files cover slot ranges (a lookup's slot prunes them).
+    by_slot = numbered.repartitionByRange(partitions, "index_file", "slot")
+    rows = T.index_rows(T.chain_entries(by_slot, seeds=seeds))
+    # The header fields are aggregated while the entries are written (a few files a run), not read back.
+    # (No entries, no files: an observation of an empty frame may never be reported.)
+    observation = Observation("index headers") if 0 < len(files) <= T.OBSERVED_FILES_MAX else None
+    if observation is not None:
+        rows = rows.observe(observation, *T.header_observations(files))
+    sorted_rows = rows.sortWithinPartitions("index_file", "slot", "index_no")
+    stage_dataframe(run, sorted_rows, "indexfile", options={"parquet.block.size": str(INDEX_ROW_GROUP_BYTES)})
+    if observation is not None:
+        return T.observed_aggregates(files, observation.get)
+    if files:
+        staged = spark.read.parquet(run.staging_uri("indexfile"))
+        return [r.asDict() for r in T.header_aggregates(staged).collect()]
+    return []

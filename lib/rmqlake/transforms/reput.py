@@ -11,7 +11,8 @@ The broker's ReputMessageService dispatches one record at a time. Here:
   order, give each run its first ordinal, which fixes each entry's file and
   entry number. (Should runs overlap, ``order_keys`` numbers the keys by a
   global range sort instead.) ``prev_index`` is the previous entry of the same
-  file and slot (a window), seeded for the open file by its last entry per slot.
+  file and slot, seeded for the open file by its last entry per slot: built by
+  one task per band of slots (``index_bands``), or by a window after a global sort.
 """
 
 from __future__ import annotations
@@ -404,12 +405,25 @@ class DispatchScratch:
         return Storage(self.lake_root, self.storage_options)
 
 
-def _scratch_writer(scratch: DispatchScratch, folder: str, partition: int):
+# The index keys a dispatch task holds before it sorts them by slot and saves them: a band task of the index
+# stage reads the row groups of its slots only (``index_bands``).
+KEYS_SORTED_ROWS = 1 << 20
+_KEYS_ROW_GROUP_ROWS = 16_384
+
+
+def _scratch_writer(scratch: DispatchScratch, folder: str, partition: int, *, row_group_size: int = 1 << 20):
     from rmqlake.ingest.scratch import AtomicParquet
 
     return AtomicParquet(
-        scratch.storage(), f"{folder}/part-{partition:05d}.parquet", row_group_size=1 << 20, compression="none"
+        scratch.storage(), f"{folder}/part-{partition:05d}.parquet", row_group_size=row_group_size, compression="none"
     )
+
+
+def sort_by_slot(keys: pa.Table) -> pa.Table:
+    """Keys in slot order (the order within a slot does not matter: each key carries its run and place)."""
+    if keys.num_rows == 0:
+        return keys
+    return keys.take(pa.array(np.argsort(keys.column("slot").to_numpy(), kind="stable")))
 
 
 def saved_parts(out: Iterable[pa.RecordBatch]) -> tuple[list[pa.RecordBatch], list[pa.RecordBatch], list]:
@@ -446,16 +460,26 @@ def dispatch(
 
         partition = TaskContext.get().partitionId()
         task = TaskDispatch(units_per_file=units_per_file, slots=slots, index=index, delay_levels=delay_levels)
-        writers = {}  # a task killed half way leaves hidden temporary files only, which readers skip
+        # A task killed half way leaves hidden temporary files only, which readers skip.
+        units_file = _scratch_writer(scratch, scratch.units_dir, partition)
+        keys_file = _scratch_writer(scratch, scratch.keys_dir, partition, row_group_size=_KEYS_ROW_GROUP_ROWS)
+        held: list[pa.RecordBatch] = []
+
+        def save_keys():
+            if held:
+                keys_file.write(sort_by_slot(pa.Table.from_batches(held, schema=_KEYS_OUT)))
+                held.clear()
+
         for batch in batches:
             units, keys, _ = saved_parts(task.add(batch))
-            for folder, parts in ((scratch.units_dir, units), (scratch.keys_dir, keys)):
-                for part in parts:
-                    if folder not in writers:
-                        writers[folder] = _scratch_writer(scratch, folder, partition)
-                    writers[folder].write(part)
-        for writer in writers.values():
-            writer.close()
+            for part in units:
+                units_file.write(part)
+            held.extend(keys)
+            if sum(part.num_rows for part in held) >= KEYS_SORTED_ROWS:
+                save_keys()
+        save_keys()
+        units_file.close()
+        keys_file.close()
         yield from saved_parts(task.finish())[2]
 
     return messages.select(*DISPATCH_COLUMNS).mapInArrow(saved, DISPATCHED.ddl)
