@@ -88,7 +88,7 @@ def main() -> int:
         "commitlog_mb": round(metrics["commitlog_bytes"] / 1e6, 1),
         "ratio_vs_json_to_parquet": round(baseline["seconds"] / ingest_time["seconds"], 3),
         "ratio_vs_parquet_write": round(write_only["seconds"] / ingest_time["seconds"], 3),
-        "target_ratio": 0.6,
+        "target_ratio": ">= 1.0 (vs json -> parquet)",
         "ingest_stage_seconds": metrics["stage_seconds"],
     }
     report("ingest throughput", rows, summary, as_json=args.json)
