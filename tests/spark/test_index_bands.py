@@ -116,8 +116,7 @@ def _staged_rows(storage: Storage) -> list[dict]:
     return sorted(rows, key=lambda r: (r["index_file"], r["index_no"]))
 
 
-@pytest.mark.parametrize("with_open_file", [True, False])
-@pytest.mark.parametrize("bands", [1, 3, 8])
+@pytest.mark.parametrize(("bands", "with_open_file"), [(1, True), (3, False), (8, True)])
 def test_band_tasks_stage_the_entries_and_headers_of_the_spark_route(spark, tmp_path, with_open_file, bands):
     rng = random.Random(bands * 10 + with_open_file)
     runs = [(1_000, 70), (90_000, 55), (300_000, 90)]  # 215 keys: the open file's rest and four new files

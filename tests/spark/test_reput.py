@@ -107,7 +107,7 @@ def test_keys_numbered_by_a_global_sort_give_the_same_tables(spark, tmp_path, ja
     # Key runs that overlap (a commitlog out of physical order within its files) are numbered by a global sort
     # and staged by Spark instead of the band tasks: the same entries, chains and headers across runs.
     monkeypatch.setattr(reput_transforms, "runs_are_disjoint", lambda runs: False)
-    landing = _generated(tmp_path, hours=2, messages=500, seed=13)
+    landing = _generated(tmp_path, hours=2, messages=300, seed=13)
     settings = settings_for(tmp_path)
     for hour in range(2):
         ingest(spark, settings, input_path=str(landing / "dt=2026-11-21" / f"hour={hour:02d}"))
