@@ -38,6 +38,7 @@ import argparse
 import math
 import multiprocessing
 import shutil
+import statistics
 import sys
 import threading
 import time
@@ -353,11 +354,16 @@ def main() -> int:
     for detail in details:
         per_hour = detail.pop("per_hour")
         ingest = [h["ingest_s"] for h in per_hour]
+        reput = [h["reput_s"] for h in per_hour]
+        quarter = max(1, len(reput) // 4)
         print(
             f"* {detail['messages']:,} messages: {detail['hours']} hour(s) from {detail['first_hour']}, "
             f"expire at {detail['expire_now']} deleted {detail['segments_deleted']} segments, "
-            f"{detail['segments_exported']} exported; ingest per hour first {ingest[0]} s, last {ingest[-1]} s, "
-            f"max {max(ingest)} s; generated in {detail['generation_seconds']} s "
+            f"{detail['segments_exported']} exported; per hour, ingest first {ingest[0]} s, last {ingest[-1]} s, "
+            f"max {max(ingest)} s, reput first {reput[0]} s, last {reput[-1]} s, max {max(reput)} s, "
+            f"median of the first / last quarter of hours {statistics.median(reput[:quarter]):.1f} / "
+            f"{statistics.median(reput[-quarter:]):.1f} s; "
+            f"generated in {detail['generation_seconds']} s "
             f"({detail['generation_lines_per_s']:,} lines/s, {detail['generation_process_seconds']} s of processes); "
             f"store on disk {detail['export_disk_bytes']:,} bytes; {detail['seconds_total']} s in all"
         )
