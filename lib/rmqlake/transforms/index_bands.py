@@ -93,13 +93,33 @@ def number_entries(ordinal: np.ndarray, store_timestamp: np.ndarray, plan: Index
 
 
 def last_entry_per_slot(slot: np.ndarray, index_no: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(slots in order, the largest entry number of each) of existing entries."""
+    """(slots in order, the largest entry number of each) of existing entries, by a sort: the reference of
+    ``band_slot_heads``."""
     if not len(slot):
         return np.empty(0, np.int64), np.empty(0, np.int64)
     order = np.lexsort((index_no, slot))
     slot, index_no = slot[order], index_no[order]
     last = np.flatnonzero(np.append(slot[1:] != slot[:-1], True))
     return slot[last].astype(np.int64), index_no[last].astype(np.int64)
+
+
+def band_slot_heads(slot: np.ndarray, index_no: np.ndarray, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+    """``last_entry_per_slot`` of entries whose slots are all in [low, high), in one pass without a sort.
+
+    The open index file's entries are read every run for the chain seeds and grow to 20 M before the file
+    rolls; sorting them made reput slower as the file filled (~5.5 s of a core at 12 M entries), while the
+    largest entry number per slot over a dense array of the band's slots costs ~0.04 µs an entry.
+    """
+    if not len(slot):
+        return last_entry_per_slot(np.empty(0, np.int64), np.empty(0, np.int64))
+    slot = np.asarray(slot, dtype=np.int64)
+    if int(slot.min()) < low or int(slot.max()) >= high:
+        raise ValueError(f"index entries outside the slots [{low}, {high}) they were read for")
+    unset = np.iinfo(np.int64).min  # no entry number is this small: it marks the slots without entries
+    heads = np.full(high - low, unset, dtype=np.int64)
+    np.maximum.at(heads, slot - low, np.asarray(index_no, dtype=np.int64))  # same dtypes: NumPy's fast path
+    present = np.flatnonzero(heads != unset)
+    return present + low, heads[present]
 
 
 def chain(file_no: np.ndarray, slot: np.ndarray, index_no: np.ndarray, seeds: tuple[np.ndarray, np.ndarray]):
@@ -167,7 +187,7 @@ def _read_band(storage, paths: Sequence[str], columns: list[str], low: int, high
 
 
 def open_file_seeds(target: IndexBandTarget, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
-    """``last_entry_per_slot`` of the open index file's entries in slots [low, high)."""
+    """``last_entry_per_slot`` of the open index file's entries in slots [low, high) (``band_slot_heads``)."""
     parts = [
         part.path
         for part in target.open_file_parts
@@ -176,7 +196,7 @@ def open_file_seeds(target: IndexBandTarget, low: int, high: int) -> tuple[np.nd
     if not parts:
         return last_entry_per_slot(np.empty(0, np.int64), np.empty(0, np.int64))
     existing = _read_band(target.storage(), parts, ["slot", "index_no"], low, high)
-    return last_entry_per_slot(existing.column("slot").to_numpy(), existing.column("index_no").to_numpy())
+    return band_slot_heads(existing.column("slot").to_numpy(), existing.column("index_no").to_numpy(), low, high)
 
 
 def build_band(band: int, *, target: IndexBandTarget, plan: IndexPlan) -> list[dict]:
