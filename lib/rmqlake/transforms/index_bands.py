@@ -107,8 +107,9 @@ def band_slot_heads(slot: np.ndarray, index_no: np.ndarray, low: int, high: int)
     """``last_entry_per_slot`` of entries whose slots are all in [low, high), in one pass without a sort.
 
     The open index file's entries are read every run for the chain seeds and grow to 20 M before the file
-    rolls; sorting them made reput slower as the file filled (~5.5 s of a core at 12 M entries), while the
-    largest entry number per slot over a dense array of the band's slots costs ~0.04 µs an entry.
+    rolls; sorting them made reput slower as the file filled (~6 s of a core at 12 M entries), while the
+    largest entry number per slot over a dense array of the band's slots costs ~0.05 µs an entry (the array
+    takes 8 bytes a slot: 40 MB for a band of all 5 M slots).
     """
     if not len(slot):
         return last_entry_per_slot(np.empty(0, np.int64), np.empty(0, np.int64))
