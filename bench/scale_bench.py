@@ -355,6 +355,9 @@ def main() -> int:
         per_hour = detail.pop("per_hour")
         ingest = [h["ingest_s"] for h in per_hour]
         reput = [h["reput_s"] for h in per_hour]
+        # reput over the same hour's ingest: ingest does not grow with the lake, so this cancels a host whose
+        # speed moves from hour to hour
+        relative = [r / i for r, i in zip(reput, ingest, strict=True)]
         quarter = max(1, len(reput) // 4)
         print(
             f"* {detail['messages']:,} messages: {detail['hours']} hour(s) from {detail['first_hour']}, "
@@ -362,7 +365,8 @@ def main() -> int:
             f"{detail['segments_exported']} exported; per hour, ingest first {ingest[0]} s, last {ingest[-1]} s, "
             f"max {max(ingest)} s, reput first {reput[0]} s, last {reput[-1]} s, max {max(reput)} s, "
             f"median of the first / last quarter of hours {statistics.median(reput[:quarter]):.1f} / "
-            f"{statistics.median(reput[-quarter:]):.1f} s; "
+            f"{statistics.median(reput[-quarter:]):.1f} s, reput / ingest of the same hour "
+            f"{statistics.median(relative[:quarter]):.2f} / {statistics.median(relative[-quarter:]):.2f}; "
             f"generated in {detail['generation_seconds']} s "
             f"({detail['generation_lines_per_s']:,} lines/s, {detail['generation_process_seconds']} s of processes); "
             f"store on disk {detail['export_disk_bytes']:,} bytes; {detail['seconds_total']} s in all"
