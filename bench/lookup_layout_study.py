@@ -74,9 +74,9 @@ def commitlog_files() -> list[Path]:
 
 
 def writer_options() -> dict:
-    from rmqlake.ingest.tasks import DICTIONARY_COLUMNS
+    from rmqlake.ingest.tasks import COMMITLOG_WRITE_OPTIONS
 
-    return {"compression": "snappy", "use_dictionary": DICTIONARY_COLUMNS}
+    return dict(COMMITLOG_WRITE_OPTIONS)
 
 
 def rewrite(source: Path, target: Path, rows: int, **extra) -> float:

@@ -1,5 +1,8 @@
 """Key lookups through the file lists and footers a warm process keeps give the reference route's answers,
-also after runs add, expire or rewrite files under that process (no Spark: files written with pyarrow)."""
+also after runs add, expire or rewrite files under that process (no Spark: files written with pyarrow).
+
+Every test runs twice: with commitlog files written as the commitlog's writers do (read by pages) and with
+pyarrow's defaults (read by row groups)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import pytest
 
 from rmqlake import query as Q
 from rmqlake.formats.segment import segment_file_name, segment_start
+from rmqlake.ingest.tasks import COMMITLOG_WRITE_OPTIONS
 from rmqlake.lake import Lake
 from rmqlake.lake import lookup as L
 from rmqlake.lake.tables import COMMITLOG, INDEXFILE
@@ -19,6 +23,14 @@ from tests.reference import RefIndexFile
 SLOTS, ENTRIES, SEGMENT = 4, 400, 4096
 T0 = 1_795_219_200_000
 SIZE = 100  # every record 100 bytes: offsets 0, 100, 200, ...
+# the commitlog's write options with pages of 2 rows in row groups of 5: several pages a group, a short last one
+PAGED = {**COMMITLOG_WRITE_OPTIONS, "max_rows_per_page": 2}
+ROUTE = {"paged": True}
+
+
+@pytest.fixture(autouse=True, params=["pages", "row groups"])
+def commitlog_layout(request):
+    ROUTE["paged"] = request.param == "pages"
 
 
 def message(offset: int, topic: str, keys: list[str]) -> dict:
@@ -46,7 +58,11 @@ def write(run, table: str, partition: str, value: str, rows: list[dict], name: s
     data = pa.Table.from_pylist([{k: v for k, v in r.items() if k != partition} for r in rows], schema=schema)
     path = f"{run.staging_dir(table)}/{partition}={value}/{name}.parquet"
     run.lake.storage.fs.create_dir(run.lake.storage.file_path(path).rsplit("/", 1)[0], recursive=True)
-    pq.write_table(data, run.lake.storage.file_path(path), filesystem=run.lake.storage.fs, row_group_size=3)
+    target = run.lake.storage.file_path(path)
+    if table == "commitlog" and ROUTE["paged"]:
+        pq.write_table(data, target, filesystem=run.lake.storage.fs, row_group_size=5, **PAGED)
+    else:
+        pq.write_table(data, target, filesystem=run.lake.storage.fs, row_group_size=3)
 
 
 def commit(root, messages: list[dict], *, name: str, removes=()) -> None:
@@ -109,6 +125,10 @@ def agree(lake: Lake) -> dict:
     for window in [{}, {"begin": T0 + 5_000, "end": T0 + 40_000, "max_num": 2}]:
         cached, reference = answers(lake, cached=True, **window), answers(lake, cached=False, **window)
         assert cached == reference, window
+    reads = L.cache_sizes()
+    assert reads["page_fallbacks"] == 0
+    # the commitlog's files by pages in the paged layout (index files never are: no page index)
+    assert (reads["pages"] > 0) == ROUTE["paged"] and reads["row_groups"] > 0
     return {k: [r["physical_offset"] for r in rows] for k, rows in answers(lake, cached=True).items()}
 
 

@@ -86,7 +86,6 @@ from rmqlake.ingest.lines import ParseOptions
 from rmqlake.ingest.parse import PARSED_SCHEMA, gc_paused, parse_lines
 from rmqlake.ingest.plan import (
     APPEND_ORDER,
-    COMMITLOG_FILE_SCHEMA,
     DELIVERY_ROW,
     MESSAGE_ROW,
     PLACEMENT_SCHEMA,
@@ -124,6 +123,7 @@ from rmqlake.ingest.transactions import (
     end_records,
     halves_of,
 )
+from rmqlake.lake import pages
 from rmqlake.lake.storage import Storage
 from rmqlake.lake.tables import REJECTED, columns
 
@@ -554,17 +554,10 @@ WRITTEN = columns(
 )
 
 
-# Columns worth dictionary pages (few distinct values); trying it on bodies, ids, offsets and times (nearly one
-# value per row) only costs time, and their plain pages are no bigger.
-DICTIONARY_COLUMNS = [
-    name
-    for name in COMMITLOG_FILE_SCHEMA.names
-    if name
-    not in (
-        *("body", "properties_bytes", "properties", "msg_id", "uniq_key", "physical_offset", "body_crc"),
-        *("queue_offset", "born_timestamp", "born_time", "store_timestamp", "store_time", "source_line"),
-    )
-]
+# The commitlog's Parquet options: pages of the same rows in every column, an offset index and no dictionary
+# pages, so a key lookup reads single pages (``lake.pages``). Dictionaries on the few-valued columns (topics,
+# hosts, flags) saved little once snappy had compressed their plain pages, and a page read cannot use them.
+COMMITLOG_WRITE_OPTIONS = {"compression": "snappy", **pages.WRITE_OPTIONS}
 
 
 def write_partition(
@@ -651,8 +644,7 @@ def write_partition(
             storage,
             f"{target.commitlog_dir}/{relative}",
             row_group_size=rows_per_group,
-            compression="snappy",
-            use_dictionary=DICTIONARY_COLUMNS,
+            **COMMITLOG_WRITE_OPTIONS,
         )
         writer.write(table.slice(first, end - first))
         writer.close()

@@ -13,12 +13,17 @@ holding ``rmqlake.open``, a service) keeps instead:
 
 A lookup then picks the row groups that can hold the wanted values with a
 vectorised search and reads just those, file by file, with the footer
-already parsed. Rows are the same as ``Lake.lookup``'s; only what is read
-again differs.
+already parsed. A file written for point reads (``pages.WRITE_OPTIONS``, the
+commitlog's) keeps a ``pages.PageMap`` too, and only the pages holding the
+wanted values are read (one page per column instead of a row group's ~6);
+the row groups stay the route of every other file, and the fallback. Rows are
+the same as ``Lake.lookup``'s; only what is read again differs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -32,11 +37,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from rmqlake.lake import pages
 from rmqlake.lake.deltars import log_path_to_relative
 from rmqlake.lake.tables import table_spec
 
 if TYPE_CHECKING:
     from rmqlake.lake.lake import Lake
+
+log = logging.getLogger(__name__)
 
 SNAPSHOTS_KEPT = 32  # table versions kept (each is a file list: small)
 # Footers kept, in their bytes as stored: a parsed footer takes ~8x that in memory (a 5 M-message lake's
@@ -55,6 +63,11 @@ class DataFileLayout:
     metadata: pq.FileMetaData
     lows: np.ndarray  # per row group, min of the column (row groups without statistics: -inf .. +inf)
     highs: np.ndarray
+    pages: pages.PageMap | None = None  # where its pages are, if it was written for point reads
+
+    @property
+    def weight(self) -> int:
+        return self.metadata.serialized_size + (self.pages.nbytes if self.pages else 0)
 
     def groups_holding(self, wanted: np.ndarray) -> list[int]:
         """Row groups whose [min, max] holds one of ``wanted`` (sorted)."""
@@ -102,17 +115,30 @@ class _Lru:
 
 
 _snapshots = _Lru(SNAPSHOTS_KEPT)
-_footers = _Lru(FOOTER_BYTES_KEPT, weight=lambda layout: layout.metadata.serialized_size)
+_footers = _Lru(FOOTER_BYTES_KEPT, weight=lambda layout: layout.weight)
+# Files read since the caches were cleared, by route: pages (a PageMap's), row groups, and page reads that
+# failed and fell back to row groups.
+_reads = {"pages": 0, "row_groups": 0, "page_fallbacks": 0}
+_reads_lock = threading.Lock()
+
+
+def _count(route: str) -> None:
+    with _reads_lock:
+        _reads[route] += 1
 
 
 def clear_caches() -> None:
     """Forget every kept snapshot file list and footer (the next lookup reads them again)."""
     _snapshots.clear()
     _footers.clear()
+    with _reads_lock:
+        for route in _reads:
+            _reads[route] = 0
 
 
 def cache_sizes() -> dict[str, int]:
-    return {"snapshots": len(_snapshots), "footers": len(_footers), "footer_bytes": _footers.held}
+    """What the caches hold, and the files read by each route since they were cleared."""
+    return {"snapshots": len(_snapshots), "footers": len(_footers), "footer_bytes": _footers.held, **_reads}
 
 
 def _bounds(metadata: pq.FileMetaData, column: str) -> tuple[np.ndarray, np.ndarray]:
@@ -158,7 +184,13 @@ def table_layout(
         def read() -> DataFileLayout:
             with lake.storage.open_mapped(f"{table}/{path}") as source:
                 metadata = pq.read_metadata(source)
-            return DataFileLayout(path, size, partition, metadata, *_bounds(metadata, column))
+                mapped = pages.mapped_bytes(source)
+                page_map = None
+                # a file written otherwise (by Spark, an older writer) is refused: it is read by row groups
+                with contextlib.suppress(pages.LayoutRefused):
+                    page_map = None if mapped is None else pages.page_map(mapped, metadata, column)
+                del mapped
+            return DataFileLayout(path, size, partition, metadata, *_bounds(metadata, column), page_map)
 
         return _footers.get(key, read)
 
@@ -192,20 +224,68 @@ def read_rows(
         work = [(layout, groups) for layout in table_layout(lake, table, column, partitions=partitions)
                 if (groups := layout.groups_holding(wanted))]  # fmt: skip
 
-    def read(layout: DataFileLayout, groups: list[int], threads: bool) -> pa.Table:
-        with lake.storage.open_mapped(f"{table}/{layout.path}") as source:
-            data = pq.ParquetFile(source, metadata=layout.metadata).read_row_groups(
-                groups, columns=list(dict.fromkeys([*columns, column])), use_threads=threads
-            )
+    read_columns = list(dict.fromkeys([*columns, column]))
+
+    def wanted_rows(data: pa.Table) -> pa.Table:
         data = data.filter(pc.is_in(data.column(column), pa.array(wanted, data.schema.field(column).type)))
         return data.select(list(columns))
 
+    def read(layout: DataFileLayout, groups: list[int], threads: bool) -> pa.Table:
+        _count("row_groups")
+        with lake.storage.open_mapped(f"{table}/{layout.path}") as source:
+            data = pq.ParquetFile(source, metadata=layout.metadata).read_row_groups(
+                groups, columns=read_columns, use_threads=threads
+            )
+        return wanted_rows(data)
+
     if not work:
         return schema.empty_table().select(list(columns))
-    if len(work) == 1 or READ_THREADS < 2:
-        return pa.concat_tables([read(layout, groups, True) for layout, groups in work])
-    # A file's few row groups are too little work for Arrow's column threads; files are read side by side.
-    return pa.concat_tables(list(_pool().map(lambda item: read(*item, False), work)))
+    # Files with page maps: their pages all go into one made-up file (per frame: one, as one writer wrote them).
+    tables, by_row_groups, by_frame = [], [], {}
+    for layout, groups in work:
+        if layout.pages is None:
+            by_row_groups.append((layout, groups))
+        else:
+            by_frame.setdefault(layout.pages.frame, []).append((layout, groups))
+    for paged in by_frame.values():
+        data = _read_pages(lake, table, paged, wanted, read_columns)
+        if data is None:
+            by_row_groups += paged
+        else:
+            tables.append(wanted_rows(data))
+    if len(by_row_groups) == 1 or READ_THREADS < 2:
+        tables += [read(layout, groups, True) for layout, groups in by_row_groups]
+    elif by_row_groups:
+        # A file's few row groups are too little work for Arrow's column threads; files are read side by side.
+        tables += list(_pool().map(lambda item: read(*item, False), by_row_groups))
+    return pa.concat_tables(tables) if tables else schema.empty_table().select(list(columns))
+
+
+def _read_pages(lake: Lake, table: str, work: list, wanted: np.ndarray, columns: list[str]) -> pa.Table | None:
+    """The pages of ``work``'s files (layouts with page maps, and their row groups holding ``wanted`` values)
+    that can hold those values, read together; ``None`` if the read fails (the caller reads the row groups)."""
+    with contextlib.ExitStack() as files:
+        parts = []
+        for layout, groups in work:
+            source = files.enter_context(lake.storage.open_mapped(f"{table}/{layout.path}"))
+            chosen = np.array(groups, np.int64)
+            # the wanted values inside one of the chosen row groups (a page-mapped file's bounds are ascending)
+            position = np.searchsorted(layout.lows[chosen], wanted, side="right") - 1
+            inside = position >= 0
+            inside[inside] = wanted[inside] <= layout.highs[chosen][position[inside]]
+            parts.append(pages.PagesWanted(pages.mapped_bytes(source), layout.pages, wanted[inside]))
+        try:
+            data = pages.read_pages(parts, columns=columns)
+        except (pages.LayoutRefused, pa.ArrowException, ValueError, IndexError) as error:
+            for _ in work:
+                _count("page_fallbacks")
+            log.warning("reading %d files by row groups: their pages could not be read (%s)", len(work), error)
+            return None
+        finally:
+            del parts
+    for _ in work:
+        _count("pages")
+    return data if data is not None else work[0][0].metadata.schema.to_arrow_schema().empty_table().select(columns)
 
 
 _read_pool: ThreadPoolExecutor | None = None

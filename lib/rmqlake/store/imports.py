@@ -31,7 +31,7 @@ from rmqlake.formats.record import (
 )
 from rmqlake.ingest.plan import COMMITLOG_FILE
 from rmqlake.ingest.scratch import AtomicParquet
-from rmqlake.ingest.tasks import COMMITLOG_ROW_GROUP_BYTES, DICTIONARY_COLUMNS, use_task_memory_pool
+from rmqlake.ingest.tasks import COMMITLOG_ROW_GROUP_BYTES, COMMITLOG_WRITE_OPTIONS, use_task_memory_pool
 from rmqlake.lake.storage import Storage
 from rmqlake.lake.tables import COMMITLOG, TableSpec, columns
 from rmqlake.store.record_runs import MIN_RECORD_SIZE, read_run
@@ -351,8 +351,7 @@ def import_piece(piece: FilePiece, *, number: int, target: ImportTarget, columna
             storage,
             f"{target.commitlog_dir}/segment={segment}/{name}",
             row_group_size=1,
-            compression="snappy",
-            use_dictionary=DICTIONARY_COLUMNS,
+            **COMMITLOG_WRITE_OPTIONS,
         ),
         row_group_bytes=COMMITLOG_ROW_GROUP_BYTES,
     )
