@@ -14,6 +14,7 @@ import pytest
 
 from rmqlake.ingest.tasks import COMMITLOG_WRITE_OPTIONS
 from rmqlake.lake import pages as P
+from rmqlake.lake.storage import Storage
 from rmqlake.lake.tables import COMMITLOG
 
 SCHEMA = COMMITLOG.arrow_schema.remove(COMMITLOG.arrow_schema.get_field_index("segment"))
@@ -210,15 +211,6 @@ def test_damaged_metadata_is_refused_or_read_as_the_row_groups_are(tmp_path):
     assert outcomes["refused"] and outcomes["same"]
 
 
-def test_a_file_not_memory_mapped_has_no_bytes_to_map(tmp_path):
-    path = tmp_path / "f.parquet"
-    write(rows(3, seed=1), path, row_group=3)
-    with pa.OSFile(str(path)) as plain:
-        assert P.mapped_bytes(plain) is None
-    with pa.memory_map(str(path)) as mapped:
-        assert len(P.mapped_bytes(mapped)) == path.stat().st_size
-
-
 def _walk_both(buf: memoryview, metadata: pq.FileMetaData):
     """The page index walked by the reference and by the column-wise route: (reference, fast), each a result or
     the refusal."""
@@ -265,17 +257,19 @@ def test_the_column_wise_page_index_walk_equals_the_reference(tmp_path, count, r
 
 
 def test_a_memory_mapped_file_is_read_as_its_bytes_are(tmp_path):
-    """A memory map's bytes come as an Arrow buffer, whose memoryview holds signed bytes: read as unsigned."""
+    """The lake's memory map of a file (plain bytes) and an Arrow buffer's memoryview (signed bytes) read alike."""
     table = rows(30, seed=4)
     buf, metadata = write(table, tmp_path / "f.parquet", row_group=10, max_rows_per_page=3)
     wanted = table.column("physical_offset").to_numpy()[::4]
-    with pa.memory_map(str(tmp_path / "f.parquet")) as mapped:
-        view = P.mapped_bytes(mapped)
-        assert bytes(view) == bytes(buf) and view.format == "B"
-        signed = memoryview(pa.py_buffer(bytes(buf)))  # what an Arrow buffer's memoryview gives
-        for source in (view, signed):
-            got = P.read_pages(
-                [P.PagesWanted(source, P.page_map(source, metadata, "physical_offset"), wanted)], columns=COLUMNS
-            )
+    expected = by_row_groups(buf, metadata, wanted)
+    storage = Storage(str(tmp_path))
+    with storage.mapped_view("f.parquet") as view:
+        assert bytes(view) == bytes(buf)
+        for source in (view, memoryview(pa.py_buffer(bytes(buf)))):
+            page_map = P.page_map(source, metadata, "physical_offset")
+            got = P.read_pages([P.PagesWanted(source, page_map, wanted)], columns=COLUMNS)
             got = got.filter(pc.is_in(got.column("physical_offset"), pa.array(wanted)))
-            assert got.equals(by_row_groups(buf, metadata, wanted))
+            assert got.equals(expected)
+    (tmp_path / "empty").write_bytes(b"")
+    with storage.mapped_view("empty") as view:
+        assert bytes(view) == b""

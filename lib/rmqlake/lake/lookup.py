@@ -184,12 +184,10 @@ def table_layout(
         def read() -> DataFileLayout:
             with lake.storage.open_mapped(f"{table}/{path}") as source:
                 metadata = pq.read_metadata(source)
-                mapped = pages.mapped_bytes(source)
-                page_map = None
+            page_map = None
+            with lake.storage.mapped_view(f"{table}/{path}") as view, contextlib.suppress(pages.LayoutRefused):
                 # a file written otherwise (by Spark, an older writer) is refused: it is read by row groups
-                with contextlib.suppress(pages.LayoutRefused):
-                    page_map = None if mapped is None else pages.page_map(mapped, metadata, column)
-                del mapped
+                page_map = None if view is None else pages.page_map(view, metadata, column)
             return DataFileLayout(path, size, partition, metadata, *_bounds(metadata, column), page_map)
 
         return _footers.get(key, read)
@@ -267,13 +265,13 @@ def _read_pages(lake: Lake, table: str, work: list, wanted: np.ndarray, columns:
     with contextlib.ExitStack() as files:
         parts = []
         for layout, groups in work:
-            source = files.enter_context(lake.storage.open_mapped(f"{table}/{layout.path}"))
+            view = files.enter_context(lake.storage.mapped_view(f"{table}/{layout.path}"))
             chosen = np.array(groups, np.int64)
             # the wanted values inside one of the chosen row groups (a page-mapped file's bounds are ascending)
             position = np.searchsorted(layout.lows[chosen], wanted, side="right") - 1
             inside = position >= 0
             inside[inside] = wanted[inside] <= layout.highs[chosen][position[inside]]
-            parts.append(pages.PagesWanted(pages.mapped_bytes(source), layout.pages, wanted[inside]))
+            parts.append(pages.PagesWanted(view, layout.pages, wanted[inside]))
         try:
             data = pages.read_pages(parts, columns=columns)
         except (pages.LayoutRefused, pa.ArrowException, ValueError, IndexError) as error:

@@ -199,17 +199,8 @@ class PageMap:
         return sum(a.nbytes for a in arrays) + len(self.frame.head) + len(self.frame.tail)
 
 
-def mapped_bytes(source) -> memoryview | None:
-    """The bytes of a memory-mapped file, without a copy; ``None`` for other files (a remote store's are read by
-    row groups: a page map reads the whole file once)."""
-    if not isinstance(source, pa.MemoryMappedFile):
-        return None
-    source.seek(0)
-    return _unsigned(memoryview(source.read_buffer(source.size())))  # read_at would copy
-
-
 def _unsigned(view: memoryview) -> memoryview:
-    """``view`` as unsigned bytes: an Arrow buffer's memoryview has signed ones, and headers are read by value."""
+    """``view`` as unsigned bytes (an Arrow buffer's memoryview has signed ones, and headers are read by value)."""
     return view if view.format == "B" else view.cast("B")
 
 
