@@ -201,3 +201,19 @@ def test_files_read_side_by_side_or_one_after_another_give_the_same_rows(root, m
     commit(root, [message(SEGMENT + o * SIZE, "OrderEvents", ["a", "b"]) for o in range(7)], name="r2")
     monkeypatch.setattr(L, "READ_THREADS", threads)
     assert agree(Lake(str(root)))[("OrderEvents", "a")][-7:] == [SEGMENT + o * SIZE for o in range(7)]
+
+
+def test_page_maps_are_built_from_a_process_second_lookup_on(root):
+    """A one-lookup process (the CLI) reads row groups and builds no page map; later lookups read pages."""
+    L.clear_caches()
+    lake = Lake(str(root))
+    first = Q.query_key(lake, topic="OrderEvents", key="a", slots=SLOTS, segment_size=SEGMENT)["rows"]
+    reads = L.cache_sizes()
+    assert reads["pages"] == 0 and reads["row_groups"] > 0
+    assert not any(layout.mapped for layout in L.table_layout(lake, "commitlog", "physical_offset"))
+    again = Q.query_key(lake, topic="OrderEvents", key="a", slots=SLOTS, segment_size=SEGMENT)["rows"]
+    assert again == first
+    assert (L.cache_sizes()["pages"] > 0) == ROUTE["paged"]
+    layouts = L.table_layout(lake, "commitlog", "physical_offset")
+    assert all(layout.mapped for layout in layouts)
+    assert all((layout.pages is not None) == ROUTE["paged"] for layout in layouts)

@@ -14,15 +14,17 @@ holding ``rmqlake.open``, a service) keeps instead:
 A lookup then picks the row groups that can hold the wanted values with a
 vectorised search and reads just those, file by file, with the footer
 already parsed. A file written for point reads (``pages.WRITE_OPTIONS``, the
-commitlog's) keeps a ``pages.PageMap`` too, and only the pages holding the
-wanted values are read (one page per column instead of a row group's ~6);
-the row groups stay the route of every other file, and the fallback. Rows are
+commitlog's) keeps a ``pages.PageMap`` too, from the process's second lookup
+of the table on, and only the pages holding the wanted values are read (one
+page per column instead of a row group's ~6); the row groups stay the route of
+every other file, of a process's first lookup, and the fallback. Rows are
 the same as ``Lake.lookup``'s; only what is read again differs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -64,6 +66,7 @@ class DataFileLayout:
     lows: np.ndarray  # per row group, min of the column (row groups without statistics: -inf .. +inf)
     highs: np.ndarray
     pages: pages.PageMap | None = None  # where its pages are, if it was written for point reads
+    mapped: bool = False  # whether ``pages`` was looked for
 
     @property
     def weight(self) -> int:
@@ -105,6 +108,13 @@ class _Lru:
                 self.held -= self._items.popitem(last=False)[1][1]
         return value
 
+    def put(self, key, value):
+        """``value`` kept under ``key`` instead of what was, as the most recent; returns what is kept."""
+        with self._lock:
+            if key in self._items:
+                self.held -= self._items.pop(key)[1]
+        return self.get(key, lambda: value)
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
@@ -134,6 +144,7 @@ def clear_caches() -> None:
     with _reads_lock:
         for route in _reads:
             _reads[route] = 0
+        _looked_up.clear()
 
 
 def cache_sizes() -> dict[str, int]:
@@ -170,11 +181,17 @@ def _files(lake: Lake, table: str) -> tuple[tuple, list[tuple[str, int, dict]]]:
 
 
 def table_layout(
-    lake: Lake, table: str, column: str, *, partitions: Callable[[dict], bool] | None = None
+    lake: Lake,
+    table: str,
+    column: str,
+    *,
+    partitions: Callable[[dict], bool] | None = None,
+    page_maps: bool = False,
 ) -> list[DataFileLayout]:
     """The data files of ``table`` as the lake reads it now, each with its row groups' bounds of ``column``.
 
     ``partitions(values)``: only the files of the partitions it accepts (the others' footers are not read).
+    ``page_maps``: also each file's page map (``None`` for a file not written for page reads).
     """
     identity, files = _files(lake, table)
 
@@ -184,13 +201,16 @@ def table_layout(
         def read() -> DataFileLayout:
             with lake.storage.open_mapped(f"{table}/{path}") as source:
                 metadata = pq.read_metadata(source)
-            page_map = None
-            with lake.storage.mapped_view(f"{table}/{path}") as view, contextlib.suppress(pages.LayoutRefused):
-                # a file written otherwise (by Spark, an older writer) is refused: it is read by row groups
-                page_map = None if view is None else pages.page_map(view, metadata, column)
-            return DataFileLayout(path, size, partition, metadata, *_bounds(metadata, column), page_map)
+            return DataFileLayout(path, size, partition, metadata, *_bounds(metadata, column))
 
-        return _footers.get(key, read)
+        found = _footers.get(key, read)
+        if not page_maps or found.mapped:
+            return found
+        page_map = None
+        with lake.storage.mapped_view(f"{table}/{path}") as view, contextlib.suppress(pages.LayoutRefused):
+            # a file written otherwise (by Spark, an older writer) is refused: it is read by row groups
+            page_map = None if view is None else pages.page_map(view, found.metadata, column)
+        return _footers.put(key, dataclasses.replace(found, pages=page_map, mapped=True))
 
     return [layout(*f) for f in files if partitions is None or partitions(f[2])]
 
@@ -219,7 +239,11 @@ def read_rows(
     wanted = np.unique(np.asarray(list(values), dtype=np.int64))
     work = []
     if len(wanted) and lake.exists(table):
-        work = [(layout, groups) for layout in table_layout(lake, table, column, partitions=partitions)
+        # Page maps cost a one-lookup process more than they save it (~25 ms a file to build, a key's offsets
+        # lie in ~15 files): they are built from a process's second lookup of a table on.
+        page_maps = _looked_up_before(lake, table, column)
+        work = [(layout, groups) for layout in table_layout(lake, table, column, partitions=partitions,
+                                                            page_maps=page_maps)
                 if (groups := layout.groups_holding(wanted))]  # fmt: skip
 
     read_columns = list(dict.fromkeys([*columns, column]))
@@ -257,6 +281,17 @@ def read_rows(
         # A file's few row groups are too little work for Arrow's column threads; files are read side by side.
         tables += list(_pool().map(lambda item: read(*item, False), by_row_groups))
     return pa.concat_tables(tables) if tables else schema.empty_table().select(list(columns))
+
+
+_looked_up: set[tuple[str, str, str]] = set()
+
+
+def _looked_up_before(lake: Lake, table: str, column: str) -> bool:
+    key = (lake.engine.uri(table), table, column)
+    with _reads_lock:
+        seen = key in _looked_up
+        _looked_up.add(key)
+    return seen
 
 
 def _read_pages(lake: Lake, table: str, work: list, wanted: np.ndarray, columns: list[str]) -> pa.Table | None:
