@@ -404,15 +404,7 @@ def _offset_indexes_fast(buf, start: int, end: int, group_rows: np.ndarray, leaf
     for _ in range(len(group_rows) * leaf_count):
         if data[position] != 0x19:  # field 1, a list
             raise LayoutRefused(f"offset index at {start + position} does not start with its page locations")
-        header = data[position + 1]
-        position += 2
-        count = header >> 4
-        if header & 0x0F != _STRUCT:
-            raise LayoutRefused(f"offset index at {start + position} without page locations")
-        if count == 15:
-            reader = _Compact(data, position)
-            count = reader.varint()
-            position = reader.pos
+        count, position = _list_at(data, position + 1, _STRUCT, start)
         if not count:
             raise LayoutRefused(f"offset index at {start + position} without pages")
         token = before[position]
@@ -420,15 +412,7 @@ def _offset_indexes_fast(buf, start: int, end: int, group_rows: np.ndarray, leaf
         counts.append(count)
         position = ends_at[token + _LOCATION_TOKENS * count - 1] + 1
         if data[position] == 0x19:  # field 2: the pages' unencoded byte sizes, list<i64>: skipped
-            header = data[position + 1]
-            position += 2
-            sizes = header >> 4
-            if header & 0x0F != _I64:
-                raise LayoutRefused(f"offset index at {start + position} with an unknown second field")
-            if sizes == 15:
-                reader = _Compact(data, position)
-                sizes = reader.varint()
-                position = reader.pos
+            sizes, position = _list_at(data, position + 1, _I64, start)
             if sizes:
                 position = ends_at[before[position] + sizes - 1] + 1
         if data[position] != 0:
@@ -454,6 +438,17 @@ def _offset_indexes_fast(buf, start: int, end: int, group_rows: np.ndarray, leaf
         values |= np.where(present, (region[at] & 0x7F).astype(np.uint64) << np.uint64(7 * byte), 0).astype(np.uint64)
     decoded = (values >> np.uint64(1)).astype(np.int64) ^ -(values & np.uint64(1)).astype(np.int64)
     return _checked_locations(decoded, counts, group_rows, leaf_count)
+
+
+def _list_at(data, position: int, element: int, start: int) -> tuple[int, int]:
+    """(size, position after the header) of the list header at ``position``, whose elements must be ``element``."""
+    header = data[position]
+    if header & 0x0F != element:
+        raise LayoutRefused(f"offset index at {start + position}: a list of type {header & 0x0F}, not {element}")
+    if header >> 4 != 15:
+        return header >> 4, position + 1
+    reader = _Compact(data, position + 1)
+    return reader.varint(), reader.pos
 
 
 def _checked_locations(decoded: np.ndarray, counts: np.ndarray, group_rows: np.ndarray, leaf_count: int):
