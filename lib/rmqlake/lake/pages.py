@@ -95,14 +95,6 @@ class _Compact:
         size = header >> 4
         return (self.varint() if size == 15 else size), header & 0x0F
 
-    def binary(self) -> bytes:
-        size = self.varint()
-        start = self.pos
-        self.pos += size
-        if self.pos > len(self.buf):
-            raise LayoutRefused(f"binary of {size} bytes runs past the end at {start}")
-        return bytes(self.buf[start : self.pos])
-
     def skip(self, kind: int) -> None:
         if kind in (_TRUE, _FALSE):
             return
