@@ -92,13 +92,12 @@ def test_pages_give_the_rows_of_whole_row_groups(tmp_path, count, row_group, pag
     table = rows(count, seed=count)
     buf, metadata = write(table, tmp_path / "f.parquet", row_group=row_group, max_rows_per_page=page_rows, **options)
     page_map = P.page_map(buf, metadata, "physical_offset")
-    for group, locations in enumerate(page_map.locations):
-        for leaf, (offsets, repeated) in enumerate(
-            zip(locations[:, :, 0], [f.repeated for f in page_map.frame.leaves])
-        ):
-            if repeated:  # the inline header read agrees with the generic one, or hands over to it
-                counts = [P._page_values(buf, int(o)) for o in offsets]
-                assert counts == [P._page_values_generic(buf, int(o)) for o in offsets], (group, leaf)
+    for leaf, (offsets, repeated) in enumerate(
+        zip(page_map.page_locations[:, :, 0].T, [f.repeated for f in page_map.frame.leaves])
+    ):
+        if repeated:  # the inline header read agrees with the generic one, or hands over to it
+            counts = [P._page_values(buf, int(o)) for o in offsets]
+            assert counts == [P._page_values_generic(buf, int(o)) for o in offsets], leaf
     offsets = table.column("physical_offset").to_numpy()
     rng = np.random.default_rng(count)
     picks = [
@@ -126,6 +125,18 @@ def test_a_page_map_knows_every_page_and_its_first_offset(tmp_path):
     offsets = table.column("physical_offset").to_numpy()
     assert page_map.page_first_values.tolist() == offsets[[0, 8, 16, 20, 28, 36, 40, 48]].tolist()
     assert page_map.page_ends.tolist() == [8, 16, 20, 8, 16, 20, 8, 10]
+    assert page_map.page_rows.tolist() == [8, 8, 4, 8, 8, 4, 8, 2]
+    assert page_map.page_locations.shape == (8, metadata.num_columns, 2)
+    # the made-up file's footer fits the room kept for it, whatever its integers
+    chunks = [(leaf, 2**62, 2**62, 2**62) for leaf in page_map.frame.leaves]
+    assert len(P._footer(page_map.frame, chunks, 2**62, data_bytes=2**62)) <= P._footer_bound(page_map.frame)
+    for leaf in range(metadata.num_columns):  # each leaf's pages fill its column chunk, back to back
+        for group in range(3):
+            chunk = metadata.row_group(group).column(leaf)
+            located = page_map.page_locations[page_map.page_groups == group, leaf]
+            assert located[0, 0] == chunk.data_page_offset
+            assert located.sum(axis=1)[:-1].tolist() == located[1:, 0].tolist()
+            assert located[:, 1].sum() == chunk.total_compressed_size
     assert len(page_map.frame.leaves) == metadata.num_columns
     repeated = [leaf.repeated for leaf in page_map.frame.leaves]
     assert repeated.count(True) == 3  # the map's key and value, the list's item
@@ -257,19 +268,29 @@ def test_the_column_wise_page_index_walk_equals_the_reference(tmp_path, count, r
 
 
 def test_a_memory_mapped_file_is_read_as_its_bytes_are(tmp_path):
-    """The lake's memory map of a file (plain bytes) and an Arrow buffer's memoryview (signed bytes) read alike."""
+    """The lake's memory map of a file (plain bytes), an Arrow buffer's memoryview (signed bytes) and the file's
+    descriptor (its pages read with pread) read alike; a file cut short is refused, not read short."""
     table = rows(30, seed=4)
     buf, metadata = write(table, tmp_path / "f.parquet", row_group=10, max_rows_per_page=3)
     wanted = table.column("physical_offset").to_numpy()[::4]
     expected = by_row_groups(buf, metadata, wanted)
     storage = Storage(str(tmp_path))
-    with storage.mapped_view("f.parquet") as view:
+    page_map = P.page_map(buf, metadata, "physical_offset")
+    with storage.mapped_view("f.parquet") as view, storage.read_descriptor("f.parquet") as descriptor:
         assert bytes(view) == bytes(buf)
-        for source in (view, memoryview(pa.py_buffer(bytes(buf)))):
-            page_map = P.page_map(source, metadata, "physical_offset")
+        for source in (view, memoryview(pa.py_buffer(bytes(buf))), descriptor):
+            if not isinstance(source, int):
+                mapped = P.page_map(source, metadata, "physical_offset")
+                assert np.array_equal(mapped.page_locations, page_map.page_locations)
             got = P.read_pages([P.PagesWanted(source, page_map, wanted)], columns=COLUMNS)
             got = got.filter(pc.is_in(got.column("physical_offset"), pa.array(wanted)))
             assert got.equals(expected)
+    last_page = int(page_map.page_locations[-1, -1].sum())  # where the last leaf's last page ends
+    (tmp_path / "cut.parquet").write_bytes(bytes(buf)[: last_page - 1])
+    with storage.read_descriptor("cut.parquet") as descriptor:
+        for source in (descriptor, memoryview(bytes(buf)[: last_page - 1])):
+            with pytest.raises(P.LayoutRefused, match="ends before its page"):
+                P.read_pages([P.PagesWanted(source, page_map, page_map.page_first_values[-1:])], columns=COLUMNS)
     (tmp_path / "empty").write_bytes(b"")
     with storage.mapped_view("empty") as view:
         assert bytes(view) == b""

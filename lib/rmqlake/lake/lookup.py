@@ -263,12 +263,13 @@ def read_rows(
     if not work:
         return schema.empty_table().select(list(columns))
     # Files with page maps: their pages all go into one made-up file (per frame: one, as one writer wrote them).
+    # Frames are grouped by identity (``pages`` keeps one object per distinct frame): hashing one walks its leaves.
     tables, by_row_groups, by_frame = [], [], {}
     for layout, groups in work:
         if layout.pages is None:
             by_row_groups.append((layout, groups))
         else:
-            by_frame.setdefault(layout.pages.frame, []).append((layout, groups))
+            by_frame.setdefault(id(layout.pages.frame), []).append((layout, groups))
     for paged in by_frame.values():
         data = _read_pages(lake, table, paged, wanted, read_columns)
         if data is None:
@@ -300,22 +301,22 @@ def _read_pages(lake: Lake, table: str, work: list, wanted: np.ndarray, columns:
     with contextlib.ExitStack() as files:
         parts = []
         for layout, groups in work:
-            view = files.enter_context(lake.storage.mapped_view(f"{table}/{layout.path}"))
+            descriptor = files.enter_context(lake.storage.read_descriptor(f"{table}/{layout.path}"))
+            if descriptor is None:  # not a local file (no page map is built for one): read by row groups
+                return None
             chosen = np.array(groups, np.int64)
             # the wanted values inside one of the chosen row groups (a page-mapped file's bounds are ascending)
             position = np.searchsorted(layout.lows[chosen], wanted, side="right") - 1
             inside = position >= 0
             inside[inside] = wanted[inside] <= layout.highs[chosen][position[inside]]
-            parts.append(pages.PagesWanted(view, layout.pages, wanted[inside]))
+            parts.append(pages.PagesWanted(descriptor, layout.pages, wanted[inside]))
         try:
             data = pages.read_pages(parts, columns=columns)
-        except (pages.LayoutRefused, pa.ArrowException, ValueError, IndexError) as error:
+        except (pages.LayoutRefused, pa.ArrowException, ValueError, IndexError, OSError) as error:
             for _ in work:
                 _count("page_fallbacks")
             log.warning("reading %d files by row groups: their pages could not be read (%s)", len(work), error)
             return None
-        finally:
-            del parts
     for _ in work:
         _count("pages")
     return data if data is not None else work[0][0].metadata.schema.to_arrow_schema().empty_table().select(columns)

@@ -80,6 +80,19 @@ class Storage:
                     view.release()
                     mapped.close()
 
+    @contextlib.contextmanager
+    def read_descriptor(self, relative: str):
+        """A read-only OS file descriptor of the file on a local disk, for positional reads (``os.pread``) of
+        scattered ranges; ``None`` elsewhere."""
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            yield None
+            return
+        descriptor = os.open(self._path(relative), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            yield descriptor
+        finally:
+            os.close(descriptor)
+
     def exists(self, relative: str) -> bool:
         return self.fs.get_file_info(self._path(relative)).type != pafs.FileType.NotFound
 
