@@ -154,9 +154,16 @@ def test_pages_of_several_files_are_read_together(tmp_path):
         parts.append(P.PagesWanted(buf, P.page_map(buf, metadata, "physical_offset"), wanted))
         expected.append(by_row_groups(buf, metadata, wanted))
     assert len({part.pages.frame for part in parts}) == 1
+    wanted = pa.array(np.concatenate([p.values for p in parts]))
     data = P.read_pages(parts, columns=COLUMNS)
-    data = data.filter(pc.is_in(data.column("physical_offset"), pa.array(np.concatenate([p.values for p in parts]))))
+    data = data.filter(pc.is_in(data.column("physical_offset"), wanted))
     assert data.equals(pa.concat_tables(expected).cast(data.schema))
+    # a file cut short among them: the read is refused, not read short
+    cut = parts[1].pages.page_locations[-1, -1].sum() - 1
+    last_page = parts[1].pages.page_first_values[-1:]
+    short = P.PagesWanted(memoryview(bytes(parts[1].source)[:cut]), parts[1].pages, last_page)
+    with pytest.raises(P.LayoutRefused, match="ends before"):
+        P.read_pages([parts[0], short, parts[2]], columns=COLUMNS)
     other = rows(5, seed=1).drop_columns(["tags"])
     buf, metadata = write(other, tmp_path / "other.parquet", row_group=5, max_rows_per_page=2)
     odd = P.PagesWanted(buf, P.page_map(buf, metadata, "physical_offset"), other.column("physical_offset").to_numpy())
