@@ -626,6 +626,9 @@ def read_pages(parts: list[PagesWanted], *, columns: list[str]) -> pa.Table | No
         chosen_parts.append((source, located.transpose(1, 0, 2).tolist()))
     if not chosen_parts:
         return None
+    for source, located in chosen_parts:
+        if isinstance(source, int):
+            _read_ahead(source, located)
     # One buffer for the whole made-up file: its pages, then its footer (at most ``_footer_bound`` bytes).
     made = bytearray(len(_MAGIC) + data_bytes + _footer_bound(frame) + 8)
     chunks = []
@@ -645,6 +648,20 @@ def read_pages(parts: list[PagesWanted], *, columns: list[str]) -> pa.Table | No
     # pre_buffer off: the file is in memory, and pre-buffering would copy each chunk once more (~1/3 of the read)
     made_file = pa.BufferReader(pa.py_buffer(made).slice(0, end))
     return pq.ParquetFile(made_file, pre_buffer=False).read(columns=columns, use_threads=True)
+
+
+def _read_ahead(descriptor: int, located: list) -> None:
+    """Ask the kernel to read every page of ``located`` (per leaf, (offset, bytes) pairs) into the page cache.
+
+    The copy then reads them one after another; pages the cache does not hold would each wait for the disk in
+    turn (~1,000 scattered 0.5-3 KB reads over 15 files: 109 ms from a dropped cache), where the kernel fetches
+    advised ranges together (18 ms with the advice; 2.4 against 3.4 ms when all are cached already).
+    """
+    if not hasattr(os, "posix_fadvise"):
+        return
+    for pages_of_leaf in located:
+        for offset, size in pages_of_leaf:
+            os.posix_fadvise(descriptor, offset, size, os.POSIX_FADV_WILLNEED)
 
 
 def _copy_pages(source: memoryview | int, located: list, out: memoryview, position: int, starts: list | None) -> int:
