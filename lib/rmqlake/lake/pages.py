@@ -592,9 +592,9 @@ class PagesWanted:
     """A file's part of a page read: the file (its bytes, or an open descriptor of it), its page map, and the
     values wanted from it (sorted).
 
-    A descriptor's pages are read with ``pread``: a lookup's ~1,400 pages lie scattered over ~15 files, and
-    copying each from the page cache costs less than touching it through a memory map (a map faults its pages
-    in one by one: ~3x the time on a virtual machine).
+    A descriptor's pages are read with ``pread``, after the kernel is told of them all (``_read_ahead``): a
+    lookup's ~1,000 pages lie scattered over ~15 files, and those not in the page cache are then fetched
+    together. Through a memory map each would fault in on its own when touched.
     """
 
     source: memoryview | int
