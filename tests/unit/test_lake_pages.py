@@ -288,7 +288,9 @@ def test_a_memory_mapped_file_is_read_as_its_bytes_are(tmp_path):
         for source in (view, memoryview(pa.py_buffer(bytes(buf))), descriptor):
             if not isinstance(source, int):
                 mapped = P.page_map(source, metadata, "physical_offset")
-                assert np.array_equal(mapped.page_locations, page_map.page_locations)
+                assert mapped.frame is page_map.frame
+                for field in ("page_locations", "page_rows", "page_ends", "page_first_values"):
+                    assert np.array_equal(getattr(mapped, field), getattr(page_map, field)), field
             got = P.read_pages([P.PagesWanted(source, page_map, wanted)], columns=COLUMNS)
             got = got.filter(pc.is_in(got.column("physical_offset"), pa.array(wanted)))
             assert got.equals(expected)
