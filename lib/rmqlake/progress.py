@@ -167,9 +167,14 @@ def active_stages(context) -> list[StageProgress]:
     """The active stage attempts of ``context``'s application, from the driver's live status store.
 
     PySpark's ``statusTracker`` reports tasks only; rows and bytes live in the JVM's status store.
+
+    A stage the listener has not yet seen submitted is left out: the store lists a stage as soon as the
+    scheduler stamps its submission time, but its description (the job properties) arrives with the
+    listener's submitted event, which can lag a few heartbeats behind; such a stage is still PENDING.
     """
     stages = context._jsc.sc().statusStore().activeStages()
-    return [_stage_progress(stages.apply(i)) for i in range(stages.size())]
+    listed = (stages.apply(i) for i in range(stages.size()))
+    return [_stage_progress(stage) for stage in listed if stage.status().toString() == "ACTIVE"]
 
 
 def _stage_progress(stage) -> StageProgress:
