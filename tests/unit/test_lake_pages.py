@@ -140,12 +140,19 @@ def test_a_page_map_knows_every_page_and_its_first_offset(tmp_path):
     assert len(page_map.frame.leaves) == metadata.num_columns
     repeated = [leaf.repeated for leaf in page_map.frame.leaves]
     assert repeated.count(True) == 3  # the map's key and value, the list's item
+    # each leaf knows its top-level column; a read of a column copies its leaves only, and a name that is not a
+    # top-level column (pyarrow also takes dotted paths) makes every leaf read
+    leaf_columns = [name for name in SCHEMA.names for _ in range(2 if name == "properties" else 1)]  # a map: 2
+    assert [leaf.column for leaf in page_map.frame.leaves] == leaf_columns
+    read = P._leaves_read(page_map.frame, ["body", "properties"])
+    assert [leaf.column for leaf, taken in zip(page_map.frame.leaves, read) if taken] == ["body"] + ["properties"] * 2
+    assert P._leaves_read(page_map.frame, ["properties.key_value.key"]).all()
 
 
 def test_pages_of_several_files_are_read_together(tmp_path):
     """Files of one writer share a frame: their pages go into the same column chunks of one made-up file, and
     the rows are each file's own. A file of another schema has another frame and is not mixed in."""
-    parts, expected = [], []
+    parts, expected, metadatas = [], [], []
     for number, (count, row_group, page_rows) in enumerate([(40, 16, 3), (300, 128, P.PAGE_ROWS), (9, 9, 9)]):
         table = rows(count, seed=number, first=number * 10**6)
         buf, metadata = write(table, tmp_path / f"{number}.parquet", row_group=row_group, max_rows_per_page=page_rows)
@@ -153,6 +160,7 @@ def test_pages_of_several_files_are_read_together(tmp_path):
         wanted = np.unique(np.random.default_rng(number).choice(offsets, 5))
         parts.append(P.PagesWanted(buf, P.page_map(buf, metadata, "physical_offset"), wanted))
         expected.append(by_row_groups(buf, metadata, wanted))
+        metadatas.append(metadata)
     assert len({part.pages.frame for part in parts}) == 1
     wanted = pa.array(np.concatenate([p.values for p in parts]))
     data = P.read_pages(parts, columns=COLUMNS)
@@ -164,6 +172,13 @@ def test_pages_of_several_files_are_read_together(tmp_path):
     short = P.PagesWanted(memoryview(bytes(parts[1].source)[:cut]), parts[1].pages, last_page)
     with pytest.raises(P.LayoutRefused, match="ends before"):
         P.read_pages([parts[0], short, parts[2]], columns=COLUMNS)
+    # the cut falls in the last leaf's pages (properties_bytes): a read without that column copies none of them
+    fewer = [name for name in COLUMNS if name != "properties_bytes"]
+    data = P.read_pages([parts[0], short, parts[2]], columns=fewer)
+    wanted = pa.array(np.concatenate([parts[0].values, last_page, parts[2].values]))
+    data = data.filter(pc.is_in(data.column("physical_offset"), wanted))
+    last_row = by_row_groups(parts[1].source, metadatas[1], last_page)
+    assert data.equals(pa.concat_tables([expected[0], last_row, expected[2]]).select(fewer).cast(data.schema))
     other = rows(5, seed=1).drop_columns(["tags"])
     buf, metadata = write(other, tmp_path / "other.parquet", row_group=5, max_rows_per_page=2)
     odd = P.PagesWanted(buf, P.page_map(buf, metadata, "physical_offset"), other.column("physical_offset").to_numpy())

@@ -160,6 +160,7 @@ class _Leaf:
 
     prefix: bytes  # ColumnMetaData fields 1-4 (type, encodings, path, codec) encoded, as the source file has them
     repeated: bool  # a leaf of a list or map: its pages' value counts are read from their headers
+    column: str  # the top-level column it belongs to (the first name of its path): read only when that one is
 
 
 @dataclass(frozen=True)
@@ -322,19 +323,20 @@ def _footer_head(reader: _Compact, leaf_count: int, metadata: pq.FileMetaData) -
         if count != leaf_count:
             raise LayoutRefused(f"{count} column chunks for {leaf_count} columns")
         for number in range(count):
-            leaf, offset_index = _column_chunk(reader, metadata.schema.column(number).max_repetition_level > 0)
+            prefix, offset_index = _column_chunk(reader)
             if offset_index is None:
                 raise LayoutRefused(f"column {number} has no offset index")
             if number == 0:
                 index_start = offset_index
-            leaves.append(leaf)
+            described = metadata.schema.column(number)
+            leaves.append(_Leaf(prefix, described.max_repetition_level > 0, described.path.split(".")[0]))
     if index_start is None:
         raise LayoutRefused("no column chunks")
     return version, schema, tuple(leaves), index_start
 
 
-def _column_chunk(reader: _Compact, repeated: bool) -> tuple[_Leaf, int | None]:
-    offset_index, leaf, last = None, None, 0
+def _column_chunk(reader: _Compact) -> tuple[bytes, int | None]:
+    offset_index, prefix, last = None, None, 0
     while True:
         last, kind = reader.field(last)
         if not kind:
@@ -342,19 +344,20 @@ def _column_chunk(reader: _Compact, repeated: bool) -> tuple[_Leaf, int | None]:
         if last == 1 and kind == _BINARY:
             raise LayoutRefused("column chunk in another file")
         if last == 3 and kind == _STRUCT:
-            leaf = _chunk_metadata(reader, repeated)
+            prefix = _chunk_metadata(reader)
         elif last == 4 and kind == _I64:
             offset_index = reader.integer()
         elif last in (8, 9):
             raise LayoutRefused("encrypted column")
         else:
             reader.skip(kind)
-    if leaf is None:
+    if prefix is None:
         raise LayoutRefused("column chunk without metadata")
-    return leaf, offset_index
+    return prefix, offset_index
 
 
-def _chunk_metadata(reader: _Compact, repeated: bool) -> _Leaf:
+def _chunk_metadata(reader: _Compact) -> bytes:
+    """ColumnMetaData fields 1-4 (type, encodings, path, codec), encoded again in order."""
     fields, last = {}, 0
     while True:
         last, kind = reader.field(last)
@@ -372,8 +375,7 @@ def _chunk_metadata(reader: _Compact, repeated: bool) -> _Leaf:
             reader.skip(kind)
     if len(fields) != 4:
         raise LayoutRefused("column metadata without type, encodings, path or codec")
-    prefix = b"\x15" + _zigzag(fields[1]) + b"\x19" + fields[2] + b"\x19" + fields[3] + b"\x15" + _zigzag(fields[4])
-    return _Leaf(prefix, repeated)
+    return b"\x15" + _zigzag(fields[1]) + b"\x19" + fields[2] + b"\x19" + fields[3] + b"\x15" + _zigzag(fields[4])
 
 
 _LOCATION_TOKENS = 7  # a PageLocation: 0x16 offset 0x15 size 0x16 first-row 0x00, each byte or varint one token
@@ -607,10 +609,13 @@ def read_pages(parts: list[PagesWanted], *, columns: list[str]) -> pa.Table | No
     pages (``None``: no page can); the caller filters them to the values wanted.
 
     The parts must have equal frames (``PageMap.frame``): their pages then go into the same column chunks.
+    Only the leaves of ``columns`` are copied: the made-up file's other column chunks are left empty, which
+    pyarrow never looks into, as it reads the chunks of the columns asked for only.
     """
     frame = parts[0].pages.frame
     if any(part.pages.frame != frame for part in parts):
         raise ValueError("pages of files with different frames cannot be read together")
+    read = _leaves_read(frame, columns)
     chosen_parts, total_rows, data_bytes = [], 0, 0
     for part in parts:
         pages = part.pages
@@ -619,10 +624,10 @@ def read_pages(parts: list[PagesWanted], *, columns: list[str]) -> pa.Table | No
         if not len(chosen):
             continue
         total_rows += int(pages.page_rows[chosen].sum())
-        located = pages.page_locations[chosen]  # (pages, leaves, 2)
+        located = pages.page_locations[chosen][:, read]  # (pages, leaves read, 2)
         data_bytes += int(located[:, :, 1].sum())
         source = part.source if isinstance(part.source, int) else _unsigned(memoryview(part.source))
-        # per leaf, the (offset, bytes) of each chosen page: Python lists, as each is copied on its own
+        # per leaf read, the (offset, bytes) of each chosen page: Python lists, as each is copied on its own
         chosen_parts.append((source, located.transpose(1, 0, 2).tolist()))
     if not chosen_parts:
         return None
@@ -635,10 +640,15 @@ def read_pages(parts: list[PagesWanted], *, columns: list[str]) -> pa.Table | No
     with memoryview(made) as out:
         out[: len(_MAGIC)] = _MAGIC
         position = len(_MAGIC)
+        read_number = 0
         for leaf_number, leaf in enumerate(frame.leaves):
+            if not read[leaf_number]:
+                chunks.append((leaf, position, 0, 0))
+                continue
             start, page_starts = position, [] if leaf.repeated else None
             for source, located in chosen_parts:
-                position = _copy_pages(source, located[leaf_number], out, position, page_starts)
+                position = _copy_pages(source, located[read_number], out, position, page_starts)
+            read_number += 1
             # a leaf of a list or map has as many values as its pages' levels: read from the headers copied
             value_count = sum(_page_values(out, at) for at in page_starts) if leaf.repeated else total_rows
             chunks.append((leaf, start, position - start, value_count))
@@ -648,6 +658,15 @@ def read_pages(parts: list[PagesWanted], *, columns: list[str]) -> pa.Table | No
     # pre_buffer off: the file is in memory, and pre-buffering would copy each chunk once more (~1/3 of the read)
     made_file = pa.BufferReader(pa.py_buffer(made).slice(0, end))
     return pq.ParquetFile(made_file, pre_buffer=False).read(columns=columns, use_threads=True)
+
+
+def _leaves_read(frame: _Frame, columns: list[str]) -> np.ndarray:
+    """Per leaf of ``frame``, whether a read of ``columns`` decodes it (every leaf, if a name is not a leaf's
+    top-level column: pyarrow also takes a dotted path, which a top-level name does not cover)."""
+    names = [leaf.column for leaf in frame.leaves]
+    if not set(columns) <= set(names):
+        return np.ones(len(names), bool)
+    return np.isin(names, list(columns))
 
 
 def _read_ahead(descriptor: int, located: list) -> None:
