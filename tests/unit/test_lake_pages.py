@@ -289,9 +289,13 @@ def test_the_column_wise_page_index_walk_equals_the_reference(tmp_path, count, r
     assert refused
 
 
-def test_a_memory_mapped_file_is_read_as_its_bytes_are(tmp_path):
+@pytest.mark.parametrize("read_gap", [None, -1], ids=["spans of pages", "a pread per page"])
+def test_a_memory_mapped_file_is_read_as_its_bytes_are(tmp_path, monkeypatch, read_gap):
     """The lake's memory map of a file (plain bytes), an Arrow buffer's memoryview (signed bytes) and the file's
-    descriptor (its pages read with pread) read alike; a file cut short is refused, not read short."""
+    descriptor (its pages read with pread, in spans or one by one) read alike; a file cut short is refused, not
+    read short."""
+    if read_gap is not None:
+        monkeypatch.setattr(P, "_READ_GAP", read_gap)
     table = rows(30, seed=4)
     buf, metadata = write(table, tmp_path / "f.parquet", row_group=10, max_rows_per_page=3)
     wanted = table.column("physical_offset").to_numpy()[::4]

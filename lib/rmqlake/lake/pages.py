@@ -594,8 +594,8 @@ class PagesWanted:
     """A file's part of a page read: the file (its bytes, or an open descriptor of it), its page map, and the
     values wanted from it (sorted).
 
-    A descriptor's pages are read with ``pread``, after the kernel is told of them all (``_read_ahead``): a
-    lookup's ~1,000 pages lie scattered over ~15 files, and those not in the page cache are then fetched
+    A descriptor's pages are read with ``pread``, after the kernel is told of them all (``_copy_pages``): a
+    lookup's ~1,300 pages lie scattered over ~15 files, and those not in the page cache are then fetched
     together. Through a memory map each would fault in on its own when touched.
     """
 
@@ -616,7 +616,7 @@ def read_pages(parts: list[PagesWanted], *, columns: list[str]) -> pa.Table | No
     if any(part.pages.frame != frame for part in parts):
         raise ValueError("pages of files with different frames cannot be read together")
     read = _leaves_read(frame, columns)
-    chosen_parts, total_rows, data_bytes = [], 0, 0
+    sources, located, total_rows = [], [], 0
     for part in parts:
         pages = part.pages
         chosen = np.unique(np.searchsorted(pages.page_first_values, part.values, side="right") - 1)
@@ -624,37 +624,41 @@ def read_pages(parts: list[PagesWanted], *, columns: list[str]) -> pa.Table | No
         if not len(chosen):
             continue
         total_rows += int(pages.page_rows[chosen].sum())
-        located = pages.page_locations[chosen][:, read]  # (pages, leaves read, 2)
-        data_bytes += int(located[:, :, 1].sum())
-        source = part.source if isinstance(part.source, int) else _unsigned(memoryview(part.source))
-        # per leaf read, the (offset, bytes) of each chosen page: Python lists, as each is copied on its own
-        chosen_parts.append((source, located.transpose(1, 0, 2).tolist()))
-    if not chosen_parts:
+        sources.append(part.source if isinstance(part.source, int) else _unsigned(memoryview(part.source)))
+        located.append(pages.page_locations[chosen][:, read].transpose(1, 0, 2))  # (leaves read, pages, 2)
+    if not sources:
         return None
-    for source, located in chosen_parts:
-        if isinstance(source, int):
-            _read_ahead(source, located)
-    # One buffer for the whole made-up file: its pages, then its footer (at most ``_footer_bound`` bytes).
-    made = bytearray(len(_MAGIC) + data_bytes + _footer_bound(frame) + 8)
-    chunks = []
+    # The made-up file: its magic, then leaf after leaf the chosen pages of every part in order, then its footer
+    # (at most ``_footer_bound`` bytes). Each page's place in it follows from the sizes alone.
+    pages_per_part = [part_located.shape[1] for part_located in located]
+    every = np.concatenate(located, axis=1)  # (leaves read, pages of all parts, 2)
+    offsets, sizes = every[:, :, 0].ravel(), every[:, :, 1].ravel()
+    source_of = np.tile(np.repeat(np.arange(len(sources)), pages_per_part), every.shape[0])
+    places = np.cumsum(sizes) - sizes + len(_MAGIC)
+    data_end = len(_MAGIC) + int(sizes.sum())
+    made = bytearray(data_end + _footer_bound(frame) + 8)
     with memoryview(made) as out:
         out[: len(_MAGIC)] = _MAGIC
-        position = len(_MAGIC)
-        read_number = 0
+        for number, source in enumerate(sources):
+            mine = np.flatnonzero(source_of == number)
+            _copy_pages(source, offsets[mine], sizes[mine], places[mine], out)
+        chunks, per_leaf, read_number = [], every.shape[1], 0
         for leaf_number, leaf in enumerate(frame.leaves):
             if not read[leaf_number]:
-                chunks.append((leaf, position, 0, 0))
+                chunks.append((leaf, data_end, 0, 0))
                 continue
-            start, page_starts = position, [] if leaf.repeated else None
-            for source, located in chosen_parts:
-                position = _copy_pages(source, located[read_number], out, position, page_starts)
+            first = read_number * per_leaf
+            start, end = int(places[first]), int(places[first + per_leaf - 1] + sizes[first + per_leaf - 1])
             read_number += 1
             # a leaf of a list or map has as many values as its pages' levels: read from the headers copied
-            value_count = sum(_page_values(out, at) for at in page_starts) if leaf.repeated else total_rows
-            chunks.append((leaf, start, position - start, value_count))
-        footer = _footer(frame, chunks, total_rows, data_bytes=position - len(_MAGIC))
-        end = position + len(footer) + 8
-        out[position:end] = footer + struct.pack("<i", len(footer)) + _MAGIC
+            if leaf.repeated:
+                value_count = sum(_page_values(out, at) for at in places[first : first + per_leaf].tolist())
+            else:
+                value_count = total_rows
+            chunks.append((leaf, start, end - start, value_count))
+        footer = _footer(frame, chunks, total_rows, data_bytes=data_end - len(_MAGIC))
+        end = data_end + len(footer) + 8
+        out[data_end:end] = footer + struct.pack("<i", len(footer)) + _MAGIC
     # pre_buffer off: the file is in memory, and pre-buffering would copy each chunk once more (~1/3 of the read)
     made_file = pa.BufferReader(pa.py_buffer(made).slice(0, end))
     return pq.ParquetFile(made_file, pre_buffer=False).read(columns=columns, use_threads=True)
@@ -669,36 +673,55 @@ def _leaves_read(frame: _Frame, columns: list[str]) -> np.ndarray:
     return np.isin(names, list(columns))
 
 
-def _read_ahead(descriptor: int, located: list) -> None:
-    """Ask the kernel to read every page of ``located`` (per leaf, (offset, bytes) pairs) into the page cache.
+# Pages of one file closer than this are read with one ``pread`` (the gap read too). A lookup's ~1,300 pages lie
+# in ~60 row groups; in a row group the pages of neighbouring small columns are a few KiB apart. Merging them
+# cut the reads ~6x for ~4x the bytes: each ``pread`` costs ~2-3 us with Python around it, a cached KiB ~0.2 us.
+_READ_GAP = 16 * 1024
 
-    The copy then reads them one after another; pages the cache does not hold would each wait for the disk in
-    turn (~1,000 scattered 0.5-3 KB reads over 15 files: 109 ms from a dropped cache), where the kernel fetches
-    advised ranges together (18 ms with the advice; 2.4 against 3.4 ms when all are cached already).
+
+def _copy_pages(source: memoryview | int, offsets: np.ndarray, sizes: np.ndarray, places: np.ndarray, out) -> None:
+    """Copy the pages of ``source`` at ``offsets`` (of ``sizes`` bytes) to ``out`` at ``places``.
+
+    A descriptor is read in spans of pages less than ``_READ_GAP`` apart (the kernel is told of every span first,
+    so that pages it does not hold are fetched together; one after another each would wait for the disk); a
+    buffer is sliced. A page past the file's end is refused with its offset.
     """
-    if not hasattr(os, "posix_fadvise"):
+    order = np.argsort(offsets, kind="stable")
+    offsets, sizes, places = offsets[order], sizes[order], places[order]
+    ends = offsets + sizes
+    if not isinstance(source, int):
+        for offset, end, place in zip(offsets.tolist(), ends.tolist(), places.tolist(), strict=True):
+            if end > len(source):
+                raise LayoutRefused(f"the file ends before its page at {offset} does")
+            out[place : place + end - offset] = source[offset:end]
         return
-    for pages_of_leaf in located:
-        for offset, size in pages_of_leaf:
-            os.posix_fadvise(descriptor, offset, size, os.POSIX_FADV_WILLNEED)
-
-
-def _copy_pages(source: memoryview | int, located: list, out: memoryview, position: int, starts: list | None) -> int:
-    """``located`` pages (offset, bytes) of ``source`` copied to ``out`` from ``position`` on (each one's start
-    appended to ``starts`` if given); returns where the last ends."""
-    for offset, size in located:
-        end = position + size
-        if starts is not None:
-            starts.append(position)
-        if isinstance(source, int):
-            if os.preadv(source, [out[position:end]], offset) != size:
-                raise LayoutRefused(f"the file ends before its page at {offset} does")
-        else:
-            if offset + size > len(source):
-                raise LayoutRefused(f"the file ends before its page at {offset} does")
-            out[position:end] = source[offset : offset + size]
-        position = end
-    return position
+    reach = np.maximum.accumulate(ends)
+    breaks = np.flatnonzero(offsets[1:] - reach[:-1] > _READ_GAP) + 1
+    span_firsts = np.concatenate(([0], breaks))
+    span_lasts = np.concatenate((breaks, [len(offsets)]))
+    span_starts, span_ends = offsets[span_firsts], reach[span_lasts - 1]
+    if hasattr(os, "posix_fadvise"):
+        for start, end in zip(span_starts.tolist(), span_ends.tolist(), strict=True):
+            os.posix_fadvise(source, start, end - start, os.POSIX_FADV_WILLNEED)
+    scratch = bytearray(int((span_ends - span_starts).max()))
+    offsets, ends, places = offsets.tolist(), ends.tolist(), places.tolist()
+    with memoryview(scratch) as span:
+        for first, last, start, end in zip(
+            span_firsts.tolist(), span_lasts.tolist(), span_starts.tolist(), span_ends.tolist(), strict=True
+        ):
+            if last - first == 1:  # one page: straight into its place
+                place = places[first]
+                got = os.preadv(source, [out[place : place + end - start]], start)
+            else:
+                got = os.preadv(source, [span[: end - start]], start)
+            if got != end - start:
+                short = next(
+                    offset for offset, page_end in zip(offsets[first:last], ends[first:last]) if page_end > start + got
+                )
+                raise LayoutRefused(f"the file ends before its page at {short} does")
+            if last - first > 1:
+                for offset, page_end, place in zip(offsets[first:last], ends[first:last], places[first:last]):
+                    out[place : place + page_end - offset] = span[offset - start : page_end - start]
 
 
 def _footer_bound(frame: _Frame) -> int:
