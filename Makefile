@@ -19,6 +19,9 @@ JARS := .jars
 JARS_STAMP := $(JARS)/.fetched
 HARNESS_STAMP := $(JARS)/interop-classes/.compiled
 HARNESS_SOURCES := $(wildcard tests/interop/java/*.java)
+# rmqlake's own JVM code (the line parser of the common shape), compiled into one jar
+JVM_SOURCES := $(wildcard jvm/src/rmqlake/jvm/*.java)
+JVM_JAR := $(JARS)/rmqlake-jvm.jar
 MVN := mvn -q -B -Dstyle.color=never
 MVN_FAILED := echo "make jars: Maven could not fetch the pinned jars (is Maven Central reachable?). They are needed once; later runs reuse $(JARS)/." >&2; exit 1
 
@@ -50,18 +53,24 @@ $(HARNESS_STAMP): $(JARS_STAMP) $(HARNESS_SOURCES)
 	$(if $(HARNESS_SOURCES),$(JAVA_HOME)/bin/javac -nowarn -d $(JARS)/interop-classes -cp '$(JARS)/rocketmq/*' $(HARNESS_SOURCES))
 	@touch $@
 
-jars: $(HARNESS_STAMP) ## fetch the pinned Delta and RocketMQ jars (Maven) into .jars/ and compile the interop harness
+$(JVM_JAR): $(JVM_SOURCES)
+	@test -n "$(JAVA_HOME)" || { echo "OpenJDK 17 not found under /usr/lib/jvm; set JAVA_HOME"; exit 1; }
+	rm -rf $(JARS)/jvm-classes && mkdir -p $(JARS)/jvm-classes
+	$(JAVA_HOME)/bin/javac -nowarn --release 17 -d $(JARS)/jvm-classes $(JVM_SOURCES)
+	$(JAVA_HOME)/bin/jar --create --file $@ -C $(JARS)/jvm-classes .
+
+jars: $(HARNESS_STAMP) $(JVM_JAR) ## fetch the pinned Delta and RocketMQ jars (Maven) into .jars/, compile the interop harness and rmqlake's JVM code
 
 demo: $(STAMP) ## generate ~50k messages, run the jobs into ./lake, print where to look
 	$(BIN)/python -m rmqlake.demo --env local --data $(DEMO_DIR) --messages $(DEMO_MESSAGES)
 
-test: $(STAMP) $(HARNESS_STAMP) ## run the test suite (unit, Spark, end to end, Airflow); the cluster test is separate
+test: $(STAMP) $(HARNESS_STAMP) $(JVM_JAR) ## run the test suite (unit, Spark, end to end, Airflow); the cluster test is separate
 	$(BIN)/python -m pytest -q -m "not cluster" --durations=15
 
 interop: $(STAMP) $(HARNESS_STAMP) ## only the tests where a real RocketMQ (store, broker, consumer) judges the lake
 	$(BIN)/python -m pytest -q -m interop tests/interop
 
-cluster-test: $(STAMP) $(HARNESS_STAMP) ## every job on a local Spark standalone cluster (master + 2 workers) vs the local run
+cluster-test: $(STAMP) $(HARNESS_STAMP) $(JVM_JAR) ## every job on a local Spark standalone cluster (master + 2 workers) vs the local run
 	$(BIN)/python -m pytest -q -m cluster tests/cluster
 
 lint: $(STAMP) ## ruff check and format check
