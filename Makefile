@@ -53,10 +53,12 @@ $(HARNESS_STAMP): $(JARS_STAMP) $(HARNESS_SOURCES)
 	$(if $(HARNESS_SOURCES),$(JAVA_HOME)/bin/javac -nowarn -d $(JARS)/interop-classes -cp '$(JARS)/rocketmq/*' $(HARNESS_SOURCES))
 	@touch $@
 
-$(JVM_JAR): $(JVM_SOURCES)
+# compiled against the Arrow Java jars Spark brings (pyspark/jars in the virtualenv), which it finds at run time
+$(JVM_JAR): $(JVM_SOURCES) $(STAMP)
 	@test -n "$(JAVA_HOME)" || { echo "OpenJDK 17 not found under /usr/lib/jvm; set JAVA_HOME"; exit 1; }
 	rm -rf $(JARS)/jvm-classes && mkdir -p $(JARS)/jvm-classes
-	$(JAVA_HOME)/bin/javac -nowarn --release 17 -d $(JARS)/jvm-classes $(JVM_SOURCES)
+	$(JAVA_HOME)/bin/javac -nowarn --release 17 -d $(JARS)/jvm-classes \
+	  -cp "$$($(BIN)/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" $(JVM_SOURCES)
 	$(JAVA_HOME)/bin/jar --create --file $@ -C $(JARS)/jvm-classes .
 
 jars: $(HARNESS_STAMP) $(JVM_JAR) ## fetch the pinned Delta and RocketMQ jars (Maven) into .jars/, compile the interop harness and rmqlake's JVM code

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import itertools
 import json
 import random
 import subprocess
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from rmqlake.generate import TopicPlan, generate
+from rmqlake.ingest.files import Split, iter_split_line_blocks
 from rmqlake.ingest.jvm import month_table, options_text
 from rmqlake.ingest.lines import ParsedMessage, ParseOptions, Rejection, parse_line
+from rmqlake.ingest.parse import PARSED_SCHEMA, parse_lines
+from rmqlake.ingest.scratch import _SCRATCH_FIELDS
 from tests.java_oracle import _java_bin
 from tests.unit.test_ingest_blocks import CORNER_LINES, HASH32, OPTIONS, SHANGHAI, SMALL_SEGMENTS, WRAPPED, line
 
@@ -234,3 +240,67 @@ def test_bodies_are_taken_exactly_when_they_are_utf8(tmp_path):
         else:
             assert fields is not None and base64.b64decode(fields["body"]) == body, body
     assert_agree(tmp_path, lines)
+
+
+def _pyspark_jars() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "jars" / "*")
+
+
+def jvm_split(tmp_path, path: Path, start: int, end: int, *, first_line: int, options=OPTIONS):
+    """The JVM's scratch of one split: (its messages, its undecided lines) as Arrow tables."""
+    options_file = tmp_path / "options.tsv"
+    options_file.write_text(options_text(options), encoding="utf-8")
+    messages, undecided = tmp_path / f"messages-{start}.arrow", tmp_path / f"undecided-{start}.arrow"
+    subprocess.run(
+        [JAVA, "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", f"{JAR}:{_pyspark_jars()}",
+         "rmqlake.jvm.SplitScratch", str(options_file), str(path), str(start), str(end), str(first_line), str(HASH32),
+         str(messages), str(undecided)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return pa.ipc.open_file(messages).read_all(), pa.ipc.open_file(undecided).read_all()
+
+
+def python_split(path: Path, start: int, end: int, *, first_line: int, options=OPTIONS) -> pa.Table:
+    """The Python route's parse of the same split (``PARSED_SCHEMA`` rows, every line)."""
+    batches = []
+    for lines in iter_split_line_blocks(Split(str(path), start, end, False, "")):
+        batches.append(parse_lines(lines, source_file="f", first_line=first_line, file_hash32=HASH32, options=options))
+        first_line += len(lines)
+    return pa.Table.from_batches(batches, schema=PARSED_SCHEMA)
+
+
+def test_a_split_parsed_in_the_jvm_gives_the_python_routes_messages(tmp_path):
+    """A file cut into splits at arbitrary bytes (inside lines, at a line start, past a BOM, with CRLF and a last
+    line without a newline): per split, the JVM's messages are the Python route's, row for row in the scratch
+    schema, and its undecided lines are the other lines, byte for byte."""
+    topics = [TopicPlan("Orders", 8, False), TopicPlan("Profiles", 4, True), TopicPlan("Clicks", 4, False)]
+    root = tmp_path / "logs"
+    generate(root, messages=3000, topics=topics, hours=1, bad_rate=0.05, seed=29, max_message_size=4096)
+    options = ParseOptions(**{**OPTIONS.__dict__, "queue_counts": {"Orders": 8, "Profiles": 4, "Clicks": 4}})
+    lines = b"".join(path.read_bytes() for path in sorted(root.rglob("*.jsonl"))).split(b"\n")[:-1]
+    lines[5] = lines[5] + b"\r"
+    data = b"\xef\xbb\xbf" + b"\n".join(lines)  # a byte order mark first, no newline last
+    path = tmp_path / "input.jsonl"
+    path.write_bytes(data)
+    cuts = sorted({0, 1, 2, 7, 4096, data.index(b"\n", 9000) + 1, len(data) // 2, len(data) - 3, len(data)})
+    scratch_names = [name for name, _ in _SCRATCH_FIELDS]
+    seen_lines = []
+    for start, end in itertools.pairwise(cuts):
+        # the split's first line starts after the first newline at or after start - 1
+        first_line = 1 if start == 0 else data.count(b"\n", 0, start - 1) + 2
+        messages, undecided = jvm_split(tmp_path, path, start, end, first_line=first_line, options=options)
+        expected = python_split(path, start, end, first_line=first_line, options=options)
+        assert messages.schema.equals(pa.schema(_SCRATCH_FIELDS)), messages.schema
+        taken = pc.is_in(expected.column("source_line"), messages.column("source_line"))
+        assert expected.filter(taken).select(scratch_names).equals(messages), (start, end)
+        left = expected.filter(pc.invert(taken))
+        assert left.column("source_line").equals(undecided.column("source_line").cast(pa.int64()))
+        seen_lines += expected.column("source_line").to_pylist()
+        if len(expected):
+            python_raws = [raw for raw in iter_split_line_blocks(Split(str(path), start, end, False, ""))]
+            flat = [line for block in python_raws for line in block]
+            positions = [number - first_line for number in undecided.column("source_line").to_pylist()]
+            assert undecided.column("raw").to_pylist() == [flat[p] for p in positions]
+    assert seen_lines == list(range(1, len(lines) + 1))  # every line in exactly one split

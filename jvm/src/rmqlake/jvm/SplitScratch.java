@@ -1,0 +1,311 @@
+package rmqlake.jvm;
+
+import java.io.BufferedOutputStream;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.nio.ByteBuffer;
+import java.nio.channels.Channels;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+import java.util.Arrays;
+import java.util.List;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.BigIntVector;
+import org.apache.arrow.vector.BitVector;
+import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.IntVector;
+import org.apache.arrow.vector.VarBinaryVector;
+import org.apache.arrow.vector.VarCharVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.complex.ListVector;
+import org.apache.arrow.vector.complex.MapVector;
+import org.apache.arrow.vector.complex.StructVector;
+import org.apache.arrow.vector.ipc.ArrowFileWriter;
+import org.apache.arrow.vector.types.pojo.ArrowType;
+import org.apache.arrow.vector.types.pojo.Field;
+import org.apache.arrow.vector.types.pojo.FieldType;
+import org.apache.arrow.vector.types.pojo.Schema;
+
+/**
+ * One input split through {@link CommonLineParser}: the messages it accepts go to an Arrow IPC file in the
+ * scratch schema of the ingest (a source line and the message fields), the lines it leaves undecided (their
+ * numbers and bytes) to a second one, for the per-line parser.
+ *
+ * <p>The lines of a split are those starting inside it, as the Python reader takes them: a split that does not
+ * start its file skips the line crossing its start; the last line is read to its end past the split's end; a
+ * UTF-8 byte order mark at the start of the file is skipped; a carriage return ending a line is dropped.
+ */
+public final class SplitScratch {
+    static final int BATCH_ROWS = 2048;
+    private static final int READ_BYTES = 8 << 20;
+    private static final byte[] BOM = {(byte) 0xEF, (byte) 0xBB, (byte) 0xBF};
+
+    private SplitScratch() {}
+
+    /** Lines, accepted messages and undecided lines of the split. */
+    public static long[] parse(
+            String path, long start, long end, long firstLine, int fileHash32, CommonLineParser.Options options,
+            String messagesPath, String undecidedPath) throws IOException {
+        CommonLineParser parser = new CommonLineParser(options);
+        try (BufferAllocator allocator = new RootAllocator();
+                Writer messages = new Writer(allocator, messagesSchema(), messagesPath);
+                Writer undecided = new Writer(allocator, undecidedSchema(), undecidedPath);
+                FileChannel channel = FileChannel.open(Paths.get(path), StandardOpenOption.READ)) {
+            long[] counts = new long[3];
+            long number = firstLine;
+            Lines lines = new Lines(channel, start, end);
+            while (lines.next()) {
+                CommonLineParser.Parsed parsed = parser.parse(lines.buffer, lines.lineStart, lines.lineEnd, number, fileHash32);
+                if (parsed != null) {
+                    messages.message(number, parsed);
+                    counts[1]++;
+                } else {
+                    undecided.undecided(number, lines.buffer, lines.lineStart, lines.lineEnd);
+                    counts[2]++;
+                }
+                number++;
+                counts[0]++;
+            }
+            return counts;
+        }
+    }
+
+    /** The lines starting in [start, end) of a file, one at a time, in a buffer read a block at a time. */
+    private static final class Lines {
+        private final FileChannel channel;
+        private final long end;
+        byte[] buffer = new byte[READ_BYTES];
+        private int filled;
+        private long bufferPosition; // the file offset of buffer[0]
+        private int at; // the next line's start in the buffer
+        private boolean eof;
+        private boolean afterBom; // the first line starts past a byte order mark: in the split as if at 0
+        int lineStart;
+        int lineEnd;
+
+        Lines(FileChannel channel, long start, long end) throws IOException {
+            this.channel = channel;
+            this.end = end;
+            bufferPosition = Math.max(start - 1, 0);
+            fill();
+            if (start > 0) {
+                int newline = find(0);
+                while (newline < 0 && !eof) {
+                    at = filled; // no line starts before the newline: drop what is read
+                    fill();
+                    newline = find(at);
+                }
+                at = newline < 0 ? filled : newline + 1;
+            } else if (filled >= 3 && buffer[0] == BOM[0] && buffer[1] == BOM[1] && buffer[2] == BOM[2]) {
+                at = 3;
+                afterBom = true;
+            }
+        }
+
+        boolean next() throws IOException {
+            while (true) {
+                long lineAt = afterBom ? 0 : bufferPosition + at;
+                if (lineAt >= end || (at >= filled && eof)) {
+                    return false;
+                }
+                int newline = find(at);
+                if (newline >= 0 || eof) {
+                    int stop = newline >= 0 ? newline : filled;
+                    lineStart = at;
+                    lineEnd = stop > at && buffer[stop - 1] == '\r' ? stop - 1 : stop;
+                    at = newline >= 0 ? newline + 1 : filled;
+                    afterBom = false;
+                    return true;
+                }
+                fill(); // the line goes on past the buffer
+            }
+        }
+
+        private int find(int from) {
+            for (int i = from; i < filled; i++) {
+                if (buffer[i] == '\n') {
+                    return i;
+                }
+            }
+            return -1;
+        }
+
+        /** Keeps the buffer from {@code at} on, and reads more after it (a bigger buffer when a line fills it). */
+        private void fill() throws IOException {
+            if (at > 0) {
+                System.arraycopy(buffer, at, buffer, 0, filled - at);
+                filled -= at;
+                bufferPosition += at;
+                at = 0;
+            }
+            if (filled == buffer.length) {
+                buffer = Arrays.copyOf(buffer, buffer.length * 2);
+            }
+            ByteBuffer target = ByteBuffer.wrap(buffer, filled, buffer.length - filled);
+            int read = channel.read(target, bufferPosition + filled);
+            if (read < 0) {
+                eof = true;
+            } else {
+                filled += read;
+                eof = bufferPosition + filled >= channel.size();
+            }
+        }
+    }
+
+    static Schema messagesSchema() {
+        Field entries = new Field("entries", FieldType.notNullable(ArrowType.Struct.INSTANCE),
+                List.of(new Field("key", FieldType.notNullable(ArrowType.Utf8.INSTANCE), null), utf8("value")));
+        return new Schema(List.of(
+                int64("source_line"), utf8("topic"), int32("queue_id"), int32("flag"), int32("sys_flag"), int32("magic"),
+                int64("born_timestamp"), utf8("born_host"), int64("store_timestamp"), utf8("store_host"),
+                utf8("store_host_prefix"), int32("reconsume_times"), int64("prepared_transaction_offset"), binary("body"),
+                int32("body_crc"),
+                new Field("properties", FieldType.nullable(new ArrowType.Map(false)), List.of(entries)),
+                binary("properties_bytes"),
+                new Field("keys", FieldType.nullable(ArrowType.List.INSTANCE), List.of(utf8("element"))),
+                utf8("tags"), utf8("uniq_key"), int32("total_size"),
+                new Field("real_queue_round_robin", FieldType.nullable(ArrowType.Bool.INSTANCE), null)));
+    }
+
+    static Schema undecidedSchema() {
+        return new Schema(List.of(int64("source_line"), binary("raw")));
+    }
+
+    private static Field int64(String name) {
+        return new Field(name, FieldType.nullable(new ArrowType.Int(64, true)), null);
+    }
+
+    private static Field int32(String name) {
+        return new Field(name, FieldType.nullable(new ArrowType.Int(32, true)), null);
+    }
+
+    private static Field utf8(String name) {
+        return new Field(name, FieldType.nullable(ArrowType.Utf8.INSTANCE), null);
+    }
+
+    private static Field binary(String name) {
+        return new Field(name, FieldType.nullable(ArrowType.Binary.INSTANCE), null);
+    }
+
+    /** An Arrow IPC file written a batch of {@link #BATCH_ROWS} rows at a time. */
+    private static final class Writer implements AutoCloseable {
+        private final VectorSchemaRoot root;
+        private final OutputStream out;
+        private final ArrowFileWriter writer;
+        private int rows;
+
+        Writer(BufferAllocator allocator, Schema schema, String path) throws IOException {
+            root = VectorSchemaRoot.create(schema, allocator);
+            // sized for a batch once, then reset and refilled batch after batch (growing as bodies need)
+            for (FieldVector vector : root.getFieldVectors()) {
+                vector.setInitialCapacity(BATCH_ROWS);
+            }
+            root.allocateNew();
+            out = new BufferedOutputStream(Files.newOutputStream(Path.of(path)), 1 << 20);
+            writer = new ArrowFileWriter(root, null, Channels.newChannel(out));
+            writer.start();
+        }
+
+        void message(long number, CommonLineParser.Parsed m) throws IOException {
+            List<FieldVector> v = root.getFieldVectors();
+            int i = rows;
+            ((BigIntVector) v.get(0)).setSafe(i, number);
+            text(v.get(1), i, m.topic);
+            if (m.queueId != null) {
+                ((IntVector) v.get(2)).setSafe(i, m.queueId);
+            } else {
+                ((IntVector) v.get(2)).setNull(i);
+            }
+            ((IntVector) v.get(3)).setSafe(i, m.flag);
+            ((IntVector) v.get(4)).setSafe(i, m.sysFlag);
+            ((IntVector) v.get(5)).setSafe(i, m.magic);
+            ((BigIntVector) v.get(6)).setSafe(i, m.bornTimestamp);
+            text(v.get(7), i, m.bornHost);
+            ((BigIntVector) v.get(8)).setSafe(i, m.storeTimestamp);
+            text(v.get(9), i, m.storeHost);
+            text(v.get(10), i, m.storeHostPrefix);
+            ((IntVector) v.get(11)).setSafe(i, m.reconsumeTimes);
+            ((BigIntVector) v.get(12)).setSafe(i, m.preparedTransactionOffset);
+            ((VarBinaryVector) v.get(13)).setSafe(i, m.body);
+            ((IntVector) v.get(14)).setSafe(i, m.bodyCrc);
+            MapVector properties = (MapVector) v.get(15);
+            StructVector entries = (StructVector) properties.getDataVector();
+            int first = properties.startNewValue(i);
+            for (int j = 0; j < m.properties.size(); j++) {
+                entries.setIndexDefined(first + j);
+                text(entries.getChild("key"), first + j, m.properties.get(j)[0]);
+                text(entries.getChild("value"), first + j, m.properties.get(j)[1]);
+            }
+            properties.endValue(i, m.properties.size());
+            ((VarBinaryVector) v.get(16)).setSafe(i, m.propertiesBytes);
+            ListVector keys = (ListVector) v.get(17);
+            int firstKey = keys.startNewValue(i);
+            for (int j = 0; j < m.keys.size(); j++) {
+                text(keys.getDataVector(), firstKey + j, m.keys.get(j));
+            }
+            keys.endValue(i, m.keys.size());
+            text(v.get(18), i, m.tags);
+            text(v.get(19), i, m.uniqKey);
+            ((IntVector) v.get(20)).setSafe(i, m.totalSize);
+            ((BitVector) v.get(21)).setNull(i); // set when the broker re-routes, which lines taken here never are
+            row();
+        }
+
+        void undecided(long number, byte[] line, int start, int end) throws IOException {
+            List<FieldVector> v = root.getFieldVectors();
+            ((BigIntVector) v.get(0)).setSafe(rows, number);
+            ((VarBinaryVector) v.get(1)).setSafe(rows, line, start, end - start);
+            row();
+        }
+
+        private static void text(FieldVector vector, int i, String value) {
+            if (value == null) {
+                ((VarCharVector) vector).setNull(i);
+            } else {
+                ((VarCharVector) vector).setSafe(i, value.getBytes(StandardCharsets.UTF_8));
+            }
+        }
+
+        private void row() throws IOException {
+            rows++;
+            if (rows == BATCH_ROWS) {
+                flush();
+            }
+        }
+
+        private void flush() throws IOException {
+            if (rows == 0) {
+                return;
+            }
+            root.setRowCount(rows);
+            writer.writeBatch();
+            for (FieldVector vector : root.getFieldVectors()) {
+                vector.reset();
+            }
+            rows = 0;
+        }
+
+        @Override
+        public void close() throws IOException {
+            flush();
+            writer.end();
+            writer.close();
+            root.close();
+            out.close();
+        }
+    }
+
+    /** {@code java rmqlake.jvm.SplitScratch OPTIONS PATH START END FIRST_LINE HASH32 MESSAGES UNDECIDED}: prints the
+     * counts (lines, accepted, undecided). */
+    public static void main(String[] args) throws IOException {
+        CommonLineParser.Options options = ParseLinesTool.readOptions(Files.readAllLines(Paths.get(args[0]), StandardCharsets.UTF_8));
+        long[] counts = parse(args[1], Long.parseLong(args[2]), Long.parseLong(args[3]), Long.parseLong(args[4]),
+                (int) Long.parseLong(args[5]), options, args[6], args[7]);
+        System.out.println(counts[0] + " " + counts[1] + " " + counts[2]);
+    }
+}
