@@ -265,15 +265,19 @@ def test_generated_logs_with_bad_lines_of_every_kind(tmp_path: Path):
         assert_same(lines, options=options)
 
 
+# Lines of the common shapes, each of which the fast routes (column-wise, JVM) must take themselves.
+CLEAN_LINES = [
+    line(keys="k1", tags="T", properties={"a": "1"}),
+    line(keys=["x", "y"], bornHost="[2001:db8::21]:50100", transaction="PREPARED"),
+    line(body=base64.b64encode(b"\x00\x01").decode(), bodyEncoding="base64", queueId=1),
+    line(body="été 😀", uniqKey="7F00000112AB", topic="%RETRY%" + "g" * 150),
+    line(topic="Profiles", keys="user-1", bornTimestamp=WRAPPED),
+]
+
+
 def test_clean_lines_are_decided_column_wise():
     """The column-wise route must not quietly hand everything to the per-line parser."""
-    clean = [
-        line(keys="k1", tags="T", properties={"a": "1"}),
-        line(keys=["x", "y"], bornHost="[2001:db8::21]:50100", transaction="PREPARED"),
-        line(body=base64.b64encode(b"\x00\x01").decode(), bodyEncoding="base64", queueId=1),
-        line(body="été 😀", uniqKey="7F00000112AB", topic="%RETRY%" + "g" * 150),
-        line(topic="Profiles", keys="user-1", bornTimestamp=WRAPPED),
-    ]
+    clean = CLEAN_LINES
     decided = parse_block(line_parser(OPTIONS), clean * 3, first_line=1, file_hash32=HASH32)
     assert decided.undecided.tolist() == []
     assert decided.accepted.tolist() == list(range(15))

@@ -27,7 +27,7 @@ from rmqlake.ingest.lines import ParsedMessage, ParseOptions, Rejection, parse_l
 from rmqlake.ingest.parse import PARSED_SCHEMA, parse_lines
 from rmqlake.ingest.scratch import _SCRATCH_FIELDS
 from tests.java_oracle import _java_bin
-from tests.unit.test_ingest_blocks import CORNER_LINES, HASH32, OPTIONS, SHANGHAI, SMALL_SEGMENTS, WRAPPED, line
+from tests.unit.test_ingest_blocks import CLEAN_LINES, CORNER_LINES, HASH32, OPTIONS, SHANGHAI, SMALL_SEGMENTS, line
 
 REPO = Path(__file__).resolve().parents[2]
 JAR = REPO / ".jars" / "rmqlake-jvm.jar"
@@ -109,11 +109,7 @@ def test_generated_logs_with_bad_lines_delays_and_transactions(tmp_path: Path):
 def test_common_shapes_are_accepted(tmp_path):
     """Each plain shape the JVM parser is meant to take, taken (not handed back)."""
     clean = [
-        line(keys="k1", tags="T", properties={"a": "1"}),
-        line(keys=["x", "y"], bornHost="[2001:db8::21]:50100", transaction="PREPARED"),
-        line(body=base64.b64encode(b"\x00\x01").decode(), bodyEncoding="base64", queueId=1),
-        line(body="été 😀", uniqKey="7F00000112AB", topic="%RETRY%" + "g" * 150),
-        line(topic="Profiles", keys="user-1", bornTimestamp=WRAPPED),
+        *CLEAN_LINES,
         line(bornHost="[::ffff:a01:203]:80", storeHost="[2001:DB8:0:0:1:0:0:1]:1", flag=-5, reconsumeTimes=3),
         line(keys=" a  b ", tags="", uniqKey="", properties={"KEYS": "given", "e": ""}, storeTimestamp=0),
         line(topic="Auto", preparedTransactionOffset=2**63 - 1, bornTimestamp=0, queueId=None, keys=None),
