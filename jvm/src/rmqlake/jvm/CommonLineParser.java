@@ -100,7 +100,11 @@ public final class CommonLineParser {
         public String storeHostPrefix;
         public int reconsumeTimes;
         public long preparedTransactionOffset;
-        public byte[] body;
+        /** The body: {@code bodyLength} bytes of {@code bodyBytes} from {@code bodyOffset} (a plain body is not
+         * copied out of the line: valid until the next line is read into the same buffer). */
+        public byte[] bodyBytes;
+        public int bodyOffset;
+        public int bodyLength;
         public int bodyCrc;
         public List<String[]> properties; // (name, value) in storage order
         public byte[] propertiesBytes;
@@ -158,18 +162,24 @@ public final class CommonLineParser {
             return null;
         }
         byte[] body;
+        int bodyOffset;
+        int bodyLength;
         String encoding = fields.bodyEncoding;
         if (encoding == null || encoding.equals("utf8") || encoding.equals("utf-8")) {
-            body = Arrays.copyOfRange(line, fields.bodyStart, fields.bodyEnd);
+            body = line;
+            bodyOffset = fields.bodyStart;
+            bodyLength = fields.bodyEnd - fields.bodyStart;
         } else if (encoding.equals("base64")) {
             body = canonicalBase64(line, fields.bodyStart, fields.bodyEnd);
             if (body == null) {
                 return null;
             }
+            bodyOffset = 0;
+            bodyLength = body.length;
         } else {
             return null;
         }
-        if (body.length > options.maxMessageSize) {
+        if (bodyLength > options.maxMessageSize) {
             return null;
         }
         String keys = fields.keys;
@@ -293,13 +303,13 @@ public final class CommonLineParser {
                 + storeHost.address.length + 4
                 + (info.magic == MAGIC_V1 ? 1 : 2)
                 + info.length
-                + body.length
+                + bodyLength
                 + propertiesBytes.length;
         if (size > options.sizeLimit) {
             return null;
         }
         crc.reset();
-        crc.update(body, 0, body.length);
+        crc.update(body, bodyOffset, bodyLength);
 
         Parsed out = new Parsed();
         out.topic = topic;
@@ -314,7 +324,9 @@ public final class CommonLineParser {
         out.storeHostPrefix = storeHost.msgIdPrefix;
         out.reconsumeTimes = (int) reconsume;
         out.preparedTransactionOffset = prepared;
-        out.body = body;
+        out.bodyBytes = body;
+        out.bodyOffset = bodyOffset;
+        out.bodyLength = bodyLength;
         out.bodyCrc = (int) (crc.getValue() & 0x7FFFFFFF);
         out.properties = properties;
         out.propertiesBytes = propertiesBytes;

@@ -7,6 +7,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Base64;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -95,7 +96,8 @@ public final class ParseLinesTool {
 
     private static String json(long number, CommonLineParser.Parsed m) {
         Base64.Encoder base64 = Base64.getEncoder();
-        StringBuilder out = new StringBuilder(256 + m.body.length * 2);
+        byte[] body = Arrays.copyOfRange(m.bodyBytes, m.bodyOffset, m.bodyOffset + m.bodyLength);
+        StringBuilder out = new StringBuilder(256 + body.length * 2);
         out.append("{\"line\":").append(number);
         field(out, "topic", m.topic);
         out.append(",\"queue_id\":").append(m.queueId);
@@ -109,7 +111,7 @@ public final class ParseLinesTool {
         field(out, "store_host_prefix", m.storeHostPrefix);
         out.append(",\"reconsume_times\":").append(m.reconsumeTimes);
         out.append(",\"prepared_transaction_offset\":").append(m.preparedTransactionOffset);
-        field(out, "body", base64.encodeToString(m.body));
+        field(out, "body", base64.encodeToString(body));
         out.append(",\"body_crc\":").append(m.bodyCrc);
         out.append(",\"properties\":[");
         for (int i = 0; i < m.properties.size(); i++) {

@@ -3,7 +3,10 @@ package rmqlake.jvm;
 import java.io.BufferedOutputStream;
 import java.io.IOException;
 import java.io.OutputStream;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.channels.Channels;
 import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
@@ -12,7 +15,9 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.BigIntVector;
@@ -44,6 +49,10 @@ public final class SplitScratch {
     static final int BATCH_ROWS = 2048;
     private static final int READ_BYTES = 8 << 20;
     private static final byte[] BOM = {(byte) 0xEF, (byte) 0xBB, (byte) 0xBF};
+    private static final VarHandle WORDS = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
+    private static final long ONES = 0x0101010101010101L;
+    private static final long HIGHS = 0x8080808080808080L;
+    private static final long NEWLINES = ONES * '\n';
 
     private SplitScratch() {}
 
@@ -126,8 +135,18 @@ public final class SplitScratch {
             }
         }
 
+        /** The first newline in the buffer from {@code from}, or -1; eight bytes at a time (the "has a zero byte"
+         * test, which a borrow can only make say yes where a byte is a newline). */
         private int find(int from) {
-            for (int i = from; i < filled; i++) {
+            int i = from;
+            while (i + 8 <= filled) {
+                long newlines = (long) WORDS.get(buffer, i) ^ NEWLINES;
+                if (((newlines - ONES) & ~newlines & HIGHS) != 0) {
+                    break;
+                }
+                i += 8;
+            }
+            for (; i < filled; i++) {
                 if (buffer[i] == '\n') {
                     return i;
                 }
@@ -195,8 +214,10 @@ public final class SplitScratch {
     /** An Arrow IPC file written a batch of {@link #BATCH_ROWS} rows at a time. */
     private static final class Writer implements AutoCloseable {
         private final VectorSchemaRoot root;
+        private final FieldVector[] vectors;
         private final OutputStream out;
         private final ArrowFileWriter writer;
+        private final Map<String, byte[]> utf8 = new HashMap<>(); // the bytes of values that repeat (topics, hosts, names)
         private int rows;
 
         Writer(BufferAllocator allocator, Schema schema, String path) throws IOException {
@@ -206,69 +227,79 @@ public final class SplitScratch {
                 vector.setInitialCapacity(BATCH_ROWS);
             }
             root.allocateNew();
+            vectors = root.getFieldVectors().toArray(new FieldVector[0]);
             out = new BufferedOutputStream(Files.newOutputStream(Path.of(path)), 1 << 20);
             writer = new ArrowFileWriter(root, null, Channels.newChannel(out));
             writer.start();
         }
 
         void message(long number, CommonLineParser.Parsed m) throws IOException {
-            List<FieldVector> v = root.getFieldVectors();
+            FieldVector[] v = vectors;
             int i = rows;
-            ((BigIntVector) v.get(0)).setSafe(i, number);
-            text(v.get(1), i, m.topic);
+            ((BigIntVector) v[0]).setSafe(i, number);
+            text(v[1], i, m.topic, true);
             if (m.queueId != null) {
-                ((IntVector) v.get(2)).setSafe(i, m.queueId);
+                ((IntVector) v[2]).setSafe(i, m.queueId);
             } else {
-                ((IntVector) v.get(2)).setNull(i);
+                ((IntVector) v[2]).setNull(i);
             }
-            ((IntVector) v.get(3)).setSafe(i, m.flag);
-            ((IntVector) v.get(4)).setSafe(i, m.sysFlag);
-            ((IntVector) v.get(5)).setSafe(i, m.magic);
-            ((BigIntVector) v.get(6)).setSafe(i, m.bornTimestamp);
-            text(v.get(7), i, m.bornHost);
-            ((BigIntVector) v.get(8)).setSafe(i, m.storeTimestamp);
-            text(v.get(9), i, m.storeHost);
-            text(v.get(10), i, m.storeHostPrefix);
-            ((IntVector) v.get(11)).setSafe(i, m.reconsumeTimes);
-            ((BigIntVector) v.get(12)).setSafe(i, m.preparedTransactionOffset);
-            ((VarBinaryVector) v.get(13)).setSafe(i, m.body);
-            ((IntVector) v.get(14)).setSafe(i, m.bodyCrc);
-            MapVector properties = (MapVector) v.get(15);
+            ((IntVector) v[3]).setSafe(i, m.flag);
+            ((IntVector) v[4]).setSafe(i, m.sysFlag);
+            ((IntVector) v[5]).setSafe(i, m.magic);
+            ((BigIntVector) v[6]).setSafe(i, m.bornTimestamp);
+            text(v[7], i, m.bornHost, true);
+            ((BigIntVector) v[8]).setSafe(i, m.storeTimestamp);
+            text(v[9], i, m.storeHost, true);
+            text(v[10], i, m.storeHostPrefix, true);
+            ((IntVector) v[11]).setSafe(i, m.reconsumeTimes);
+            ((BigIntVector) v[12]).setSafe(i, m.preparedTransactionOffset);
+            ((VarBinaryVector) v[13]).setSafe(i, m.bodyBytes, m.bodyOffset, m.bodyLength);
+            ((IntVector) v[14]).setSafe(i, m.bodyCrc);
+            MapVector properties = (MapVector) v[15];
             StructVector entries = (StructVector) properties.getDataVector();
+            FieldVector names = (FieldVector) entries.getChildByOrdinal(0);
+            FieldVector values = (FieldVector) entries.getChildByOrdinal(1);
             int first = properties.startNewValue(i);
             for (int j = 0; j < m.properties.size(); j++) {
                 entries.setIndexDefined(first + j);
-                text(entries.getChild("key"), first + j, m.properties.get(j)[0]);
-                text(entries.getChild("value"), first + j, m.properties.get(j)[1]);
+                text(names, first + j, m.properties.get(j)[0], true);
+                text(values, first + j, m.properties.get(j)[1], false);
             }
             properties.endValue(i, m.properties.size());
-            ((VarBinaryVector) v.get(16)).setSafe(i, m.propertiesBytes);
-            ListVector keys = (ListVector) v.get(17);
+            ((VarBinaryVector) v[16]).setSafe(i, m.propertiesBytes);
+            ListVector keys = (ListVector) v[17];
+            FieldVector keyElements = keys.getDataVector();
             int firstKey = keys.startNewValue(i);
             for (int j = 0; j < m.keys.size(); j++) {
-                text(keys.getDataVector(), firstKey + j, m.keys.get(j));
+                text(keyElements, firstKey + j, m.keys.get(j), false);
             }
             keys.endValue(i, m.keys.size());
-            text(v.get(18), i, m.tags);
-            text(v.get(19), i, m.uniqKey);
-            ((IntVector) v.get(20)).setSafe(i, m.totalSize);
-            ((BitVector) v.get(21)).setNull(i); // set when the broker re-routes, which lines taken here never are
+            text(v[18], i, m.tags, true);
+            text(v[19], i, m.uniqKey, false);
+            ((IntVector) v[20]).setSafe(i, m.totalSize);
+            ((BitVector) v[21]).setNull(i); // set when the broker re-routes, which lines taken here never are
             row();
         }
 
         void undecided(long number, byte[] line, int start, int end) throws IOException {
-            List<FieldVector> v = root.getFieldVectors();
-            ((BigIntVector) v.get(0)).setSafe(rows, number);
-            ((VarBinaryVector) v.get(1)).setSafe(rows, line, start, end - start);
+            ((BigIntVector) vectors[0]).setSafe(rows, number);
+            ((VarBinaryVector) vectors[1]).setSafe(rows, line, start, end - start);
             row();
         }
 
-        private static void text(FieldVector vector, int i, String value) {
+        private void text(FieldVector vector, int i, String value, boolean repeats) {
             if (value == null) {
                 ((VarCharVector) vector).setNull(i);
-            } else {
-                ((VarCharVector) vector).setSafe(i, value.getBytes(StandardCharsets.UTF_8));
+                return;
             }
+            byte[] bytes = repeats ? utf8.get(value) : null;
+            if (bytes == null) {
+                bytes = value.getBytes(StandardCharsets.UTF_8);
+                if (repeats && utf8.size() < 4096) {
+                    utf8.put(value, bytes);
+                }
+            }
+            ((VarCharVector) vector).setSafe(i, bytes);
         }
 
         private void row() throws IOException {
@@ -284,7 +315,7 @@ public final class SplitScratch {
             }
             root.setRowCount(rows);
             writer.writeBatch();
-            for (FieldVector vector : root.getFieldVectors()) {
+            for (FieldVector vector : vectors) {
                 vector.reset();
             }
             rows = 0;
