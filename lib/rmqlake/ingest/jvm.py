@@ -3,9 +3,11 @@
 The JVM parser accepts the lines of the common shape and leaves every other line to the per-line parser
 (``lines``), the reference; ``tests/unit/test_jvm_lines.py`` holds the two to the same fields line by line.
 ``rmqlake.jvm.SplitScratch`` runs it over an input split and writes the messages it accepts in the scratch schema
-(Arrow IPC) and the lines it leaves, as the parse task's first half would. Neither is on the ingest job's path yet. What it cannot work out the same way by itself comes from here, computed by the
-reference's own code: the month starts a generated UNIQ_KEY counts from, in the broker's zone (Python's zone
-database, not the JVM's, which may be of another release).
+(Arrow IPC) and the lines it leaves, as the parse task's first half would. Neither is on the ingest job's path yet.
+
+What the JVM parser cannot work out the same way by itself comes from here, computed by the reference's own code:
+the month starts a generated UNIQ_KEY counts from, in the broker's zone (Python's zone database, not the JVM's,
+which may be of another release).
 """
 
 from __future__ import annotations
