@@ -360,8 +360,8 @@ public final class CommonLineParser {
             valid = topic.startsWith(RETRY_TOPIC_PREFIX) ? length <= RETRY_TOPIC_MAX_BYTES : length <= TOPIC_MAX_LENGTH;
         }
         Integer queues = options.queueCounts.getOrDefault(topic, options.defaultQueueCount);
-        if (queues == null) {
-            valid = false;
+        if (queues == null || queues < 1) {
+            valid = false; // unknown (no auto-creation), or a count the configuration never allows: not decided here
         }
         int magic = length > MAX_V1_TOPIC_CHARS ? MAGIC_V2 : MAGIC_V1;
         return new TopicInfo(valid, queues == null ? 1 : queues, magic, length, options.compactionTopics.contains(topic));
