@@ -594,7 +594,7 @@ class PagesWanted:
     """A file's part of a page read: the file (its bytes, or an open descriptor of it), its page map, and the
     values wanted from it (sorted).
 
-    A descriptor's pages are read with ``pread``, after the kernel is told of them all (``_copy_pages``): a
+    A descriptor's pages are read with ``pread``, after the kernel is told of them all (``_PageReads``): a
     lookup's ~1,300 pages lie scattered over ~15 files, and those not in the page cache are then fetched
     together. Through a memory map each would fault in on its own when touched.
     """
@@ -636,12 +636,17 @@ def read_pages(parts: list[PagesWanted], *, columns: list[str]) -> pa.Table | No
     source_of = np.tile(np.repeat(np.arange(len(sources)), pages_per_part), every.shape[0])
     places = np.cumsum(sizes) - sizes + len(_MAGIC)
     data_end = len(_MAGIC) + int(sizes.sum())
+    reads = []
+    for number, source in enumerate(sources):
+        mine = np.flatnonzero(source_of == number)
+        reads.append(_PageReads.of(offsets[mine], sizes[mine], places[mine]))
+        if isinstance(source, int):
+            reads[-1].advise(source)
     made = bytearray(data_end + _footer_bound(frame) + 8)
     with memoryview(made) as out:
         out[: len(_MAGIC)] = _MAGIC
-        for number, source in enumerate(sources):
-            mine = np.flatnonzero(source_of == number)
-            _copy_pages(source, offsets[mine], sizes[mine], places[mine], out)
+        for source, pages_read in zip(sources, reads, strict=True):
+            pages_read.copy(source, out)
         chunks, per_leaf, read_number = [], every.shape[1], 0
         for leaf_number, leaf in enumerate(frame.leaves):
             if not read[leaf_number]:
@@ -679,49 +684,56 @@ def _leaves_read(frame: _Frame, columns: list[str]) -> np.ndarray:
 _READ_GAP = 16 * 1024
 
 
-def _copy_pages(source: memoryview | int, offsets: np.ndarray, sizes: np.ndarray, places: np.ndarray, out) -> None:
-    """Copy the pages of ``source`` at ``offsets`` (of ``sizes`` bytes) to ``out`` at ``places``.
+@dataclass(frozen=True)
+class _PageReads:
+    """How one file's chosen pages are read: in offset order, in spans of pages less than ``_READ_GAP`` apart."""
 
-    A descriptor is read in spans of pages less than ``_READ_GAP`` apart (the kernel is told of every span first,
-    so that pages it does not hold are fetched together; one after another each would wait for the disk); a
-    buffer is sliced. A page past the file's end is refused with its offset.
-    """
-    order = np.argsort(offsets, kind="stable")
-    offsets, sizes, places = offsets[order], sizes[order], places[order]
-    ends = offsets + sizes
-    if not isinstance(source, int):
-        for offset, end, place in zip(offsets.tolist(), ends.tolist(), places.tolist(), strict=True):
-            if end > len(source):
-                raise LayoutRefused(f"the file ends before its page at {offset} does")
-            out[place : place + end - offset] = source[offset:end]
-        return
-    reach = np.maximum.accumulate(ends)
-    breaks = np.flatnonzero(offsets[1:] - reach[:-1] > _READ_GAP) + 1
-    span_firsts = np.concatenate(([0], breaks))
-    span_lasts = np.concatenate((breaks, [len(offsets)]))
-    span_starts, span_ends = offsets[span_firsts], reach[span_lasts - 1]
-    if hasattr(os, "posix_fadvise"):
-        for start, end in zip(span_starts.tolist(), span_ends.tolist(), strict=True):
-            os.posix_fadvise(source, start, end - start, os.POSIX_FADV_WILLNEED)
-    scratch = bytearray(int((span_ends - span_starts).max()))
-    offsets, ends, places = offsets.tolist(), ends.tolist(), places.tolist()
-    with memoryview(scratch) as span:
-        for first, last, start, end in zip(
-            span_firsts.tolist(), span_lasts.tolist(), span_starts.tolist(), span_ends.tolist(), strict=True
-        ):
-            if last - first == 1:  # one page: straight into its place
-                place = places[first]
-                got = os.preadv(source, [out[place : place + end - start]], start)
-            else:
-                got = os.preadv(source, [span[: end - start]], start)
-            if got != end - start:
-                short = next(
-                    offset for offset, page_end in zip(offsets[first:last], ends[first:last]) if page_end > start + got
-                )
-                raise LayoutRefused(f"the file ends before its page at {short} does")
-            if last - first > 1:
-                for offset, page_end, place in zip(offsets[first:last], ends[first:last], places[first:last]):
-                    out[place : place + page_end - offset] = span[offset - start : page_end - start]
+    offsets: list[int]  # each page's offset in the file, ascending
+    ends: list[int]  # and its end there
+    places: list[int]  # and its place in the made-up file
+    spans: list[tuple[int, int, int, int]]  # (first page, page after the last, start, end in the file)
+
+    @classmethod
+    def of(cls, offsets: np.ndarray, sizes: np.ndarray, places: np.ndarray) -> _PageReads:
+        order = np.argsort(offsets, kind="stable")
+        offsets, ends, places = offsets[order], offsets[order] + sizes[order], places[order]
+        reach = np.maximum.accumulate(ends)
+        breaks = np.flatnonzero(offsets[1:] - reach[:-1] > _READ_GAP) + 1
+        firsts, lasts = np.concatenate(([0], breaks)), np.concatenate((breaks, [len(offsets)]))
+        spans = zip(firsts.tolist(), lasts.tolist(), offsets[firsts].tolist(), reach[lasts - 1].tolist(), strict=True)
+        return cls(offsets.tolist(), ends.tolist(), places.tolist(), list(spans))
+
+    def advise(self, descriptor: int) -> None:
+        """Tell the kernel of every span, so that the pages it does not hold are fetched together (one after
+        another, each would wait for the disk): every file of a read is advised before any is copied."""
+        if hasattr(os, "posix_fadvise"):
+            for _, _, start, end in self.spans:
+                os.posix_fadvise(descriptor, start, end - start, os.POSIX_FADV_WILLNEED)
+
+    def copy(self, source: memoryview | int, out: memoryview) -> None:
+        """The pages copied from ``source`` (a descriptor: a ``pread`` per span; a buffer: sliced) to their places
+        in ``out``. A page past the file's end is refused with its offset."""
+        offsets, ends, places = self.offsets, self.ends, self.places
+        if not isinstance(source, int):
+            for offset, end, place in zip(offsets, ends, places, strict=True):
+                if end > len(source):
+                    raise LayoutRefused(f"the file ends before its page at {offset} does")
+                out[place : place + end - offset] = source[offset:end]
+            return
+        scratch = bytearray(max(end - start for _, _, start, end in self.spans))
+        with memoryview(scratch) as span:
+            for first, last, start, end in self.spans:
+                if last - first == 1:  # one page: straight into its place
+                    got = os.preadv(source, [out[places[first] : places[first] + end - start]], start)
+                else:
+                    got = os.preadv(source, [span[: end - start]], start)
+                if got != end - start:
+                    short = next(offset for offset, page_end in zip(offsets[first:last], ends[first:last])
+                                 if page_end > start + got)  # fmt: skip
+                    raise LayoutRefused(f"the file ends before its page at {short} does")
+                if last - first > 1:
+                    for offset, page_end, place in zip(offsets[first:last], ends[first:last], places[first:last]):
+                        out[place : place + page_end - offset] = span[offset - start : page_end - start]
 
 
 def _footer_bound(frame: _Frame) -> int:
