@@ -24,8 +24,9 @@ from rmqlake.generate import TopicPlan, generate
 from rmqlake.ingest.files import Split, iter_split_line_blocks
 from rmqlake.ingest.jvm import month_table, options_text
 from rmqlake.ingest.lines import ParsedMessage, ParseOptions, Rejection, parse_line
+from rmqlake.ingest.message import MESSAGE_FIELDS
 from rmqlake.ingest.parse import PARSED_SCHEMA, parse_lines
-from rmqlake.ingest.scratch import _SCRATCH_FIELDS
+from rmqlake.ingest.scratch import SCRATCH_COLUMNS
 from tests.java_oracle import _java_bin
 from tests.unit.test_ingest_blocks import CLEAN_LINES, CORNER_LINES, HASH32, OPTIONS, SHANGHAI, SMALL_SEGMENTS, line
 
@@ -281,16 +282,17 @@ def test_a_split_parsed_in_the_jvm_gives_the_python_routes_messages(tmp_path):
     path = tmp_path / "input.jsonl"
     path.write_bytes(data)
     cuts = sorted({0, 1, 2, 7, 4096, data.index(b"\n", 9000) + 1, len(data) // 2, len(data) - 3, len(data)})
-    scratch_names = [name for name, _ in _SCRATCH_FIELDS]
+    scratch_schema = pa.schema([("source_line", pa.int64()), *MESSAGE_FIELDS])
+    assert scratch_schema.names == SCRATCH_COLUMNS
     seen_lines = []
     for start, end in itertools.pairwise(cuts):
         # the split's first line starts after the first newline at or after start - 1
         first_line = 1 if start == 0 else data.count(b"\n", 0, start - 1) + 2
         messages, undecided = jvm_split(tmp_path, path, start, end, first_line=first_line, options=options)
         expected = python_split(path, start, end, first_line=first_line, options=options)
-        assert messages.schema.equals(pa.schema(_SCRATCH_FIELDS)), messages.schema
+        assert messages.schema.equals(scratch_schema), messages.schema
         taken = pc.is_in(expected.column("source_line"), messages.column("source_line"))
-        assert expected.filter(taken).select(scratch_names).equals(messages), (start, end)
+        assert expected.filter(taken).select(SCRATCH_COLUMNS).equals(messages), (start, end)
         left = expected.filter(pc.invert(taken))
         assert left.column("source_line").equals(undecided.column("source_line").cast(pa.int64()))
         seen_lines += expected.column("source_line").to_pylist()

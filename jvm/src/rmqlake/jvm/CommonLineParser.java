@@ -27,6 +27,7 @@ import java.util.zip.CRC32;
  * the reference does not model trees.
  */
 public final class CommonLineParser {
+    // The store's constants, as rmqlake.formats states them (the tests hold the outcomes to the Python parser's).
     static final int MAGIC_V1 = -626843481;
     static final int MAGIC_V2 = -626843477;
     static final int MAX_V1_TOPIC_CHARS = 127;

@@ -176,6 +176,8 @@ public final class SplitScratch {
         }
     }
 
+    /** The ingest's scratch schema ({@code SCRATCH_COLUMNS} of {@code rmqlake.ingest.scratch}, which owns it; the
+     * tests compare the two). */
     static Schema messagesSchema() {
         Field entries = new Field("entries", FieldType.notNullable(ArrowType.Struct.INSTANCE),
                 List.of(new Field("key", FieldType.notNullable(ArrowType.Utf8.INSTANCE), null), utf8("value")));
