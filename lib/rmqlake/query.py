@@ -103,6 +103,9 @@ def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int, cach
     return {row["physical_offset"]: row for row in table.to_pylist()}
 
 
+ENTRY_COLUMNS = ("index_no", "key_hash", "phy_offset", "time_diff", "prev_index")
+
+
 class SlotEntries(Mapping):
     """The entries of one slot of one index file, entry number → entry, read lazily from columns.
 
@@ -115,7 +118,7 @@ class SlotEntries(Mapping):
     def __init__(self, table):
         table = table.sort_by("index_no")
         self._numbers = table.column("index_no").to_numpy()
-        self._columns = [table.column(c).to_numpy() for c in ("key_hash", "phy_offset", "time_diff", "prev_index")]
+        self._columns = [table.column(c).to_numpy() for c in ENTRY_COLUMNS[1:]]
 
     @property
     def newest(self) -> int:
@@ -154,31 +157,37 @@ class IndexReader:
             rows = lake.read_arrow("indexfile_header").to_pylist()
         self.files = sorted(rows, key=lambda h: h["index_file"])
         self._slot_cache: dict[tuple[str, int], SlotEntries] = {}
+        self._used: set[tuple[str, int]] = set()
         self.files_read = 0
 
     def slot_entries(self, file: str, slot: int) -> SlotEntries:
         cache_key = (file, slot)
+        if cache_key not in self._used:
+            self._used.add(cache_key)
+            self.files_read += 1
         if cache_key not in self._slot_cache:
-            columns = ["index_no", "key_hash", "phy_offset", "time_diff", "prev_index"]
             if self.cached:
                 table = lookup.read_rows(
                     self.lake,
                     "indexfile",
                     column="slot",
                     values=[slot],
-                    columns=columns,
+                    columns=list(ENTRY_COLUMNS),
                     partitions=lambda values: str(values.get("index_file")) == file,
                 )
+                self._slot_cache[cache_key] = SlotEntries(table)
             else:
-                table = self.lake.scan(
-                    "indexfile",
-                    columns=columns,
-                    partitions=[("index_file", "=", file)],
-                    filter=ds.field("slot") == slot,
-                )
-            self.files_read += 1
-            self._slot_cache[cache_key] = SlotEntries(table)
+                self._scan_slot(slot)
         return self._slot_cache[cache_key]
+
+    def _scan_slot(self, slot: int) -> None:
+        """The reference route: one dataset scan for the slot across every index file, split by file (a scan
+        per file lists the table's files each time: ~30 listings for one key); a file without entries in the
+        slot gets none."""
+        table = self.lake.scan("indexfile", columns=["index_file", *ENTRY_COLUMNS], filter=ds.field("slot") == slot)
+        for header in self.files:
+            name = header["index_file"]
+            self._slot_cache[(name, slot)] = SlotEntries(table.filter(pc.equal(table.column("index_file"), name)))
 
     def query_offsets(self, key: str, *, max_num: int, begin: int, end: int) -> list[int]:
         """``IndexService.queryOffset``: newest file first; stop once a file begins before ``begin``."""
