@@ -29,7 +29,7 @@ from rmqlake.formats.indexfile import (
 )
 from rmqlake.formats.javahash import index_key, index_key_hash
 from rmqlake.formats.msgid import decode_offset_msg_id
-from rmqlake.formats.properties import split_keys
+from rmqlake.formats.properties import KEYS, parse_properties, split_keys
 from rmqlake.formats.segment import segment_file_name, segment_start
 from rmqlake.lake import Lake, lookup
 from rmqlake.lake.lake import holds_any
@@ -72,6 +72,20 @@ MESSAGE_VIEW_COLUMNS = COMMITLOG.schema.select(
 ).names
 
 
+# What the warm route reads instead of ``properties`` (a map) and ``keys`` (a list): the stored properties bytes,
+# the same pairs as the broker's parser reads them (the map is built from them at every write), and flat. Nested
+# columns decode per value and per level: on a key's ~64 pages a column, the map and the list cost more than
+# every flat column of the view together.
+_FLAT_VIEW_COLUMNS = [c for c in MESSAGE_VIEW_COLUMNS if c not in ("properties", "keys")] + ["properties_bytes"]
+
+
+def _view_row(row: dict) -> dict:
+    """A message as the view shows it, from a row of ``_FLAT_VIEW_COLUMNS``."""
+    pairs = parse_properties(row.pop("properties_bytes") or b"")
+    derived = {"properties": list(pairs.items()), "keys": split_keys(pairs.get(KEYS))}
+    return {name: derived[name] if name in derived else row[name] for name in MESSAGE_VIEW_COLUMNS}
+
+
 def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int, cached: bool = True) -> dict[int, dict]:
     """Commitlog rows starting at ``offsets``, reading only the segments they fall in.
 
@@ -89,10 +103,13 @@ def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int, cach
             "commitlog",
             column="physical_offset",
             values=wanted,
-            columns=MESSAGE_VIEW_COLUMNS,
+            columns=_FLAT_VIEW_COLUMNS,
             partitions=lambda values: str(values.get("segment")) in segments,
         )
-        return {row["physical_offset"]: row for row in table.to_pylist()}
+        try:
+            return {row["physical_offset"]: _view_row(row) for row in table.to_pylist()}
+        except UnicodeDecodeError as exc:  # no writer of rmqlake stores such bytes; another may have
+            log.warning("commitlog properties_bytes are not UTF-8 (%s): reading the stored properties instead", exc)
     files = [
         stats["path"]
         for stats in lake.file_stats("commitlog", ["physical_offset"])

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rmqlake import query as Q
+from rmqlake.formats.properties import serialize_properties
 from rmqlake.formats.segment import segment_file_name, segment_start
 from rmqlake.ingest.tasks import COMMITLOG_WRITE_OPTIONS
 from rmqlake.lake import Lake
@@ -35,6 +36,10 @@ def commitlog_layout(request):
 
 def message(offset: int, topic: str, keys: list[str]) -> dict:
     body = f"body-{offset}-é".encode() * (offset % 3)  # empty, multi-byte, longer
+    # as every writer stores them: the map's pairs and the bytes they serialize to (no empty value, as the
+    # broker's parser drops those)
+    pairs = [("KEYS", " ".join(keys))] if keys else []
+    pairs += [("UNIQ_KEY", f"U{offset:08d}"), ("TAGS", f"tag-{offset % 2}-ü")]
     return {c: None for c in COMMITLOG.columns} | {
         "physical_offset": offset,
         "total_size": SIZE,
@@ -46,7 +51,10 @@ def message(offset: int, topic: str, keys: list[str]) -> dict:
         "born_timestamp": T0 + offset * 10,
         "keys": keys,
         "body": body,
-        "properties": [("KEYS", " ".join(keys))],
+        "properties": pairs,
+        "properties_bytes": serialize_properties(pairs),
+        "uniq_key": f"U{offset:08d}",
+        "tags": f"tag-{offset % 2}-ü",
         "msg_id": f"M{offset:08d}",
     }
 
@@ -217,3 +225,18 @@ def test_page_maps_are_built_from_a_process_second_lookup_on(root):
     layouts = L.table_layout(lake, "commitlog", "physical_offset")
     assert all(layout.mapped for layout in layouts)
     assert all((layout.pages is not None) == ROUTE["paged"] for layout in layouts)
+
+
+def test_properties_bytes_that_are_not_utf8_are_shown_from_the_stored_map(tmp_path, caplog):
+    """The warm route builds ``properties`` and ``keys`` from the stored bytes; bytes no writer of rmqlake
+    stores (not UTF-8) make it show the stored columns instead, as the reference route does."""
+    L.clear_caches()
+    messages = [message(o * SIZE, "OrderEvents", ["a"]) for o in range(6)]
+    messages[3]["properties_bytes"] = b"KEYS\x01a\x02TAGS\x01\xff\x02"
+    commit(tmp_path / "lake", messages, name="r1")
+    lake = Lake(str(tmp_path / "lake"))
+    for _ in range(2):  # by row groups, then by pages where the layout has them
+        rows = Q.query_key(lake, topic="OrderEvents", key="a", slots=SLOTS, segment_size=SEGMENT)["rows"]
+        assert rows == answers(lake, cached=False)[("OrderEvents", "a")]
+        assert rows[3]["properties"] == messages[3]["properties"] and rows[3]["keys"] == ["a"]
+    assert "properties_bytes are not UTF-8" in caplog.text
