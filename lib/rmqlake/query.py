@@ -10,6 +10,7 @@ answers in well under a second.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -20,6 +21,7 @@ import pyarrow.dataset as ds
 
 from rmqlake.errors import UsageError
 from rmqlake.formats.consumequeue import files_for_time_search, store_offset_by_time, tags_code
+from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.indexfile import (
     MAX_QUERY_RESULTS,
     IndexEntry,
@@ -28,8 +30,8 @@ from rmqlake.formats.indexfile import (
     select_phy_offsets,
 )
 from rmqlake.formats.javahash import index_key, index_key_hash
-from rmqlake.formats.msgid import decode_offset_msg_id
-from rmqlake.formats.properties import KEYS, parse_properties, split_keys
+from rmqlake.formats.msgid import decode_offset_msg_id, offset_msg_id_prefix, offset_msg_id_with_prefix
+from rmqlake.formats.properties import KEYS, TAGS, UNIQ_KEY, parse_properties, split_keys
 from rmqlake.formats.segment import segment_file_name, segment_start
 from rmqlake.lake import Lake, lookup
 from rmqlake.lake.lake import holds_any
@@ -72,26 +74,43 @@ MESSAGE_VIEW_COLUMNS = COMMITLOG.schema.select(
 ).names
 
 
-# What the warm route reads instead of ``properties`` (a map) and ``keys`` (a list): the stored properties bytes,
-# the same pairs as the broker's parser reads them (the map is built from them at every write), and flat. Nested
-# columns decode per value and per level: on a key's ~64 pages a column, the map and the list cost more than
-# every flat column of the view together.
-_FLAT_VIEW_COLUMNS = [c for c in MESSAGE_VIEW_COLUMNS if c not in ("properties", "keys")] + ["properties_bytes"]
+# What the warm route reads: the view's record fields, and the stored properties bytes instead of the columns
+# derived from them and from the record (``properties``, ``keys``, ``tags``, ``uniq_key``, ``msg_id``), which it
+# derives as a client decodes a record (``MessageDecoder``). Every writer derives those columns by the same
+# rules, and the reference route reads them as stored. Nested columns decode per value and per level, and every
+# column costs per page: a key's hits lie on ~64 pages a column.
+_DERIVED_VIEW_COLUMNS = ("properties", "keys", "tags", "uniq_key", "msg_id")
+_RECORD_VIEW_COLUMNS = [c for c in MESSAGE_VIEW_COLUMNS if c not in _DERIVED_VIEW_COLUMNS] + ["properties_bytes"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _msg_id_prefix(store_host: str) -> str:
+    return offset_msg_id_prefix(parse_host(store_host))
 
 
 def _view_row(row: dict) -> dict:
-    """A message as the view shows it, from a row of ``_FLAT_VIEW_COLUMNS``."""
+    """A message as the view shows it, from a row of ``_RECORD_VIEW_COLUMNS``.
+
+    Raises:
+        ValueError: properties bytes that are not UTF-8, or a store host that is no address: bytes no writer
+            of rmqlake stores.
+    """
     pairs = parse_properties(row.pop("properties_bytes") or b"")
-    derived = {"properties": list(pairs.items()), "keys": split_keys(pairs.get(KEYS))}
-    return {name: derived[name] if name in derived else row[name] for name in MESSAGE_VIEW_COLUMNS}
+    row["properties"] = list(pairs.items())
+    row["keys"] = split_keys(pairs.get(KEYS))
+    row["tags"] = pairs.get(TAGS)
+    row["uniq_key"] = pairs.get(UNIQ_KEY)
+    row["msg_id"] = offset_msg_id_with_prefix(_msg_id_prefix(row["store_host"]), row["physical_offset"])
+    return {name: row[name] for name in MESSAGE_VIEW_COLUMNS}
 
 
 def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int, cached: bool = True) -> dict[int, dict]:
     """Commitlog rows starting at ``offsets``, reading only the segments they fall in.
 
     Offsets whose segment is gone (expired) or that are not a record start are absent from the result.
-    ``cached``: from the file lists and footers a warm process keeps (``rmqlake.lake.lookup``); else
-    everything is read again from the Delta log and the footers (the reference route).
+    ``cached``: from the file lists and footers a warm process keeps (``rmqlake.lake.lookup``), the record's
+    fields decoded as a client does (``_view_row``); else everything is read again from the Delta log and the
+    footers, and the derived columns as stored (the reference route).
     """
     wanted = sorted(set(offsets))
     if not wanted:
@@ -103,13 +122,13 @@ def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int, cach
             "commitlog",
             column="physical_offset",
             values=wanted,
-            columns=_FLAT_VIEW_COLUMNS,
+            columns=_RECORD_VIEW_COLUMNS,
             partitions=lambda values: str(values.get("segment")) in segments,
         )
         try:
             return {row["physical_offset"]: _view_row(row) for row in table.to_pylist()}
-        except UnicodeDecodeError as exc:  # no writer of rmqlake stores such bytes; another may have
-            log.warning("commitlog properties_bytes are not UTF-8 (%s): reading the stored properties instead", exc)
+        except ValueError as exc:  # no writer of rmqlake stores such bytes; another may have
+            log.warning("a commitlog record cannot be decoded (%s): reading the stored columns instead", exc)
     files = [
         stats["path"]
         for stats in lake.file_stats("commitlog", ["physical_offset"])

@@ -13,6 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rmqlake import query as Q
+from rmqlake.formats.hosts import parse_host
+from rmqlake.formats.msgid import offset_msg_id
 from rmqlake.formats.properties import serialize_properties
 from rmqlake.formats.segment import segment_file_name, segment_start
 from rmqlake.ingest.tasks import COMMITLOG_WRITE_OPTIONS
@@ -39,7 +41,8 @@ def message(offset: int, topic: str, keys: list[str]) -> dict:
     # as every writer stores them: the map's pairs and the bytes they serialize to (no empty value, as the
     # broker's parser drops those)
     pairs = [("KEYS", " ".join(keys))] if keys else []
-    pairs += [("UNIQ_KEY", f"U{offset:08d}"), ("TAGS", f"tag-{offset % 2}-ü")]
+    pairs += [("UNIQ_KEY", f"U{offset:08d}"), ("TAGS", f"tag-{offset % 2}-ü")] if offset % 5 else []
+    store_host = "[2001:db8::5]:10911" if offset % 3 else "10.0.0.5:10911"
     return {c: None for c in COMMITLOG.columns} | {
         "physical_offset": offset,
         "total_size": SIZE,
@@ -53,9 +56,10 @@ def message(offset: int, topic: str, keys: list[str]) -> dict:
         "body": body,
         "properties": pairs,
         "properties_bytes": serialize_properties(pairs),
-        "uniq_key": f"U{offset:08d}",
-        "tags": f"tag-{offset % 2}-ü",
-        "msg_id": f"M{offset:08d}",
+        "uniq_key": f"U{offset:08d}" if offset % 5 else None,
+        "tags": f"tag-{offset % 2}-ü" if offset % 5 else None,
+        "store_host": store_host,
+        "msg_id": offset_msg_id(parse_host(store_host), offset),
     }
 
 
@@ -227,16 +231,22 @@ def test_page_maps_are_built_from_a_process_second_lookup_on(root):
     assert all((layout.pages is not None) == ROUTE["paged"] for layout in layouts)
 
 
-def test_properties_bytes_that_are_not_utf8_are_shown_from_the_stored_map(tmp_path, caplog):
-    """The warm route builds ``properties`` and ``keys`` from the stored bytes; bytes no writer of rmqlake
-    stores (not UTF-8) make it show the stored columns instead, as the reference route does."""
+@pytest.mark.parametrize(
+    "field, value", [("properties_bytes", b"KEYS\x01a\x02TAGS\x01\xff\x02"), ("store_host", "10.0.0.5")]
+)
+def test_a_record_no_writer_stores_is_shown_from_the_stored_columns(tmp_path, caplog, field, value):
+    """The warm route decodes ``properties``, ``keys``, ``tags``, ``uniq_key`` and ``msg_id`` from the record's
+    fields; fields it cannot decode (properties bytes that are not UTF-8, a store host without a port) make it
+    show the stored columns instead, as the reference route does."""
     L.clear_caches()
     messages = [message(o * SIZE, "OrderEvents", ["a"]) for o in range(6)]
-    messages[3]["properties_bytes"] = b"KEYS\x01a\x02TAGS\x01\xff\x02"
+    messages[3][field] = value
     commit(tmp_path / "lake", messages, name="r1")
     lake = Lake(str(tmp_path / "lake"))
     for _ in range(2):  # by row groups, then by pages where the layout has them
         rows = Q.query_key(lake, topic="OrderEvents", key="a", slots=SLOTS, segment_size=SEGMENT)["rows"]
         assert rows == answers(lake, cached=False)[("OrderEvents", "a")]
-        assert rows[3]["properties"] == messages[3]["properties"] and rows[3]["keys"] == ["a"]
-    assert "properties_bytes are not UTF-8" in caplog.text
+        assert [rows[3][c] for c in ("properties", "keys", "msg_id")] == [
+            messages[3][c] for c in ("properties", "keys", "msg_id")
+        ]
+    assert "a commitlog record cannot be decoded" in caplog.text
