@@ -79,8 +79,8 @@ MESSAGE_VIEW_COLUMNS = COMMITLOG.schema.select(
 # derives as a client decodes a record (``MessageDecoder``). Every writer derives those columns by the same
 # rules, and the reference route reads them as stored. Nested columns decode per value and per level, and every
 # column costs per page: a key's hits lie on ~64 pages a column.
-_DERIVED_VIEW_COLUMNS = ("properties", "keys", "tags", "uniq_key", "msg_id")
-_RECORD_VIEW_COLUMNS = [c for c in MESSAGE_VIEW_COLUMNS if c not in _DERIVED_VIEW_COLUMNS] + ["properties_bytes"]
+DERIVED_VIEW_COLUMNS = ("properties", "keys", "tags", "uniq_key", "msg_id")
+RECORD_VIEW_COLUMNS = [c for c in MESSAGE_VIEW_COLUMNS if c not in DERIVED_VIEW_COLUMNS] + ["properties_bytes"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -88,8 +88,8 @@ def _msg_id_prefix(store_host: str) -> str:
     return offset_msg_id_prefix(parse_host(store_host))
 
 
-def _view_row(row: dict) -> dict:
-    """A message as the view shows it, from a row of ``_RECORD_VIEW_COLUMNS``.
+def view_from_record(row: dict) -> dict:
+    """A message as the view shows it, from a row of ``RECORD_VIEW_COLUMNS``.
 
     Raises:
         ValueError: properties bytes that are not UTF-8, or a store host that is no address: bytes no writer
@@ -109,7 +109,7 @@ def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int, cach
 
     Offsets whose segment is gone (expired) or that are not a record start are absent from the result.
     ``cached``: from the file lists and footers a warm process keeps (``rmqlake.lake.lookup``), the record's
-    fields decoded as a client does (``_view_row``); else everything is read again from the Delta log and the
+    fields decoded as a client does (``view_from_record``); else everything is read again from the Delta log and the
     footers, and the derived columns as stored (the reference route).
     """
     wanted = sorted(set(offsets))
@@ -122,11 +122,11 @@ def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int, cach
             "commitlog",
             column="physical_offset",
             values=wanted,
-            columns=_RECORD_VIEW_COLUMNS,
+            columns=RECORD_VIEW_COLUMNS,
             partitions=lambda values: str(values.get("segment")) in segments,
         )
         try:
-            return {row["physical_offset"]: _view_row(row) for row in table.to_pylist()}
+            return {row["physical_offset"]: view_from_record(row) for row in table.to_pylist()}
         except ValueError as exc:  # no writer of rmqlake stores such bytes; another may have
             log.warning("a commitlog record cannot be decoded (%s): reading the stored columns instead", exc)
     files = [

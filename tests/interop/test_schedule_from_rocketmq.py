@@ -50,6 +50,7 @@ from rmqlake.steps.reput import reput
 from rmqlake.steps.store import import_store
 from tests.interop import data, schedule
 from tests.interop.conftest import lake_settings
+from tests.view_checks import assert_records_decode_to_their_stored_columns
 
 pytestmark = pytest.mark.interop
 RULES = ScheduleRules.of(
@@ -378,6 +379,7 @@ def test_import_store_finds_every_scheduled_message_of_the_broker_delivered(spar
     assert (metrics["schedule_delivered"], metrics["schedule_pending"]) == (re_routed, 0)
     assert (metrics["schedule_redelivered"], metrics["schedule_unreadable"]) == (0, 0)
     assert metrics["delay_offsets_file"] is True and metrics["delay_offsets_differing"] == []
+    assert assert_records_decode_to_their_stored_columns(Lake.from_settings(settings)) > re_routed
     state = Lake.from_settings(settings).state().schedule
     assert (state.pending, state.pending_from) == ({}, None)
     assert set(state.delay_offsets) == {1, 2, 3}

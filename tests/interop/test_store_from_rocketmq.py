@@ -35,6 +35,7 @@ from tests.interop.store_checks import (
     read_store,
     store_request,
 )
+from tests.view_checks import assert_records_decode_to_their_stored_columns
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 HEADER, UNIT, ENTRY = 40, 20, 20
@@ -108,6 +109,7 @@ def test_import_store_reads_what_the_broker_stored_and_reput_rebuilds_its_cq_and
     rows = {r["physical_offset"]: r for r in lake.read_arrow("commitlog").to_pylist()}
     stored = written["answer"]["stored"]
     assert sorted(rows) == [s["wroteOffset"] for s in stored]
+    assert assert_records_decode_to_their_stored_columns(lake) == len(rows)
     assert result["end_offset"] == written["answer"]["maxPhyOffset"]
     segments = {r["segment"] for r in rows.values()}
     assert len(segments) >= 5  # several rollovers, each with the broker's blank record

@@ -19,6 +19,7 @@ from rmqlake.steps.reput import reput
 from rmqlake.timeutil import iso, to_datetime
 from tests.conftest import CONF, make_settings
 from tests.reference import RefBroker, RefConfig, RefDispatcher
+from tests.view_checks import assert_records_decode_to_their_stored_columns
 
 pytestmark = pytest.mark.spark
 
@@ -100,6 +101,7 @@ def test_index_walk_equals_the_reference_for_every_key_and_window(store):
     reader = Q.IndexReader(store["lake"], slots=SLOTS)
     keys = sorted({(m["topic"], k) for m in broker.messages for k in [*m["keys"], m["uniq_key"]]})
     assert len(keys) > 500 and len(ref.files) > 20
+    assert assert_records_decode_to_their_stored_columns(store["lake"]) == len(broker.messages)
     windows = [
         (0, Q.LONG_MAX, 64),
         (T0 + 600_000, T0 + 1_800_000, 64),

@@ -19,6 +19,7 @@ from rmqlake.steps.ingest import ingest
 from tests.conftest import make_settings
 from tests.reference import RefBroker, RefConfig
 from tests.spark.test_ingest import assert_matches_reference, write_jsonl
+from tests.view_checks import assert_records_decode_to_their_stored_columns
 
 pytestmark = pytest.mark.spark
 
@@ -122,6 +123,7 @@ def test_delays_and_timers_are_re_routed_and_delivered_as_the_reference_broker_d
             assert group.next_due == min(dues)
     delivered = [m for m in broker.messages if m["topic"] in TOPICS and "REAL_TOPIC" in dict(m.get("pairs", []))]
     assert len(delivered) > 40  # the test exercises what it claims
+    assert assert_records_decode_to_their_stored_columns(Lake.from_settings(settings)) == len(broker.messages)
     assert any(int(dict(m["pairs"])["REAL_QID"]) >= 10 for m in delivered)  # two-digit REAL_QIDs
     assert broker.rejected  # timers over the maximum delay
 

@@ -25,6 +25,7 @@ from rmqlake.steps.reput import reput
 from rmqlake.steps.store import export_store, import_store
 from tests import store_reader
 from tests.conftest import CONF, make_settings
+from tests.view_checks import assert_records_decode_to_their_stored_columns
 
 pytestmark = pytest.mark.spark
 TOPICS = [TopicPlan("OrderEvents", 8, False), TopicPlan("UserProfile", 4, True)]
@@ -190,6 +191,7 @@ def test_import_of_an_export_gives_back_the_tables_and_the_same_files(spark, bui
     assert code == 0, capsys.readouterr().err
     assert import_store(spark, copy, store_dir=str(store))["status"] == "already_imported"
     assert rows(copy, "commitlog", STORE_COLUMNS) == rows(settings, "commitlog", STORE_COLUMNS)
+    assert assert_records_decode_to_their_stored_columns(Lake.from_settings(copy)) > 0  # rows the import decoded
     assert rows(copy, "segments", SEGMENT_COLUMNS) == rows(settings, "segments", SEGMENT_COLUMNS)
     reput(spark, copy)  # the consume queues and index files, rebuilt from the imported commitlog
     again = export_store(spark, copy, out=str(root / "b"))

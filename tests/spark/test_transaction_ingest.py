@@ -20,6 +20,7 @@ from rmqlake.steps.ingest import ingest
 from rmqlake.steps.quality import quality
 from tests.spark.test_ingest import assert_matches_reference, write_jsonl
 from tests.spark.test_schedule_ingest import START, TOPICS, reference, settings_for
+from tests.view_checks import assert_records_decode_to_their_stored_columns
 
 pytestmark = pytest.mark.spark
 
@@ -103,6 +104,7 @@ def test_transactions_are_stored_as_the_reference_broker_stores_them(spark, tmp_
     assert len(ended) == len(set(ended)) < len(halves)  # some stay open
     assert len(broker.rejected) >= 4
     lake = Lake.from_settings(settings)
+    assert assert_records_decode_to_their_stored_columns(lake) == len(records)  # halves, commits, op records
     rejected = lake.read_arrow("rejected", columns=["reason"]).column(0).to_pylist()
     assert any("already ended" in reason for reason in rejected)
     assert any("no half message" in reason for reason in rejected)
