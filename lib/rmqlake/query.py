@@ -74,11 +74,11 @@ MESSAGE_VIEW_COLUMNS = COMMITLOG.schema.select(
 ).names
 
 
-# What the warm route reads: the view's record fields, and the stored properties bytes instead of the columns
-# derived from them and from the record (``properties``, ``keys``, ``tags``, ``uniq_key``, ``msg_id``), which it
-# derives as a client decodes a record (``MessageDecoder``). Every writer derives those columns by the same
-# rules, and the reference route reads them as stored. Nested columns decode per value and per level, and every
-# column costs per page: a key's hits lie on ~64 pages a column.
+# What a lookup reads, the reference route aside: the view's record fields and the stored properties bytes.
+# It derives ``properties``, ``keys``, ``tags``, ``uniq_key`` and ``msg_id`` from them as a client decodes a
+# record (``MessageDecoder``) instead of reading them: every writer derives those columns by the same rules, and
+# the reference route reads them as stored. Nested columns decode per value and per level, and every column
+# costs per page: a key's hits lie on ~64 pages a column.
 DERIVED_VIEW_COLUMNS = ("properties", "keys", "tags", "uniq_key", "msg_id")
 RECORD_VIEW_COLUMNS = [c for c in MESSAGE_VIEW_COLUMNS if c not in DERIVED_VIEW_COLUMNS] + ["properties_bytes"]
 
@@ -95,13 +95,15 @@ def view_from_record(row: dict) -> dict:
         ValueError: properties bytes that are not UTF-8, or a store host that is no address: bytes no writer
             of rmqlake stores.
     """
-    pairs = parse_properties(row.pop("properties_bytes") or b"")
-    row["properties"] = list(pairs.items())
-    row["keys"] = split_keys(pairs.get(KEYS))
-    row["tags"] = pairs.get(TAGS)
-    row["uniq_key"] = pairs.get(UNIQ_KEY)
-    row["msg_id"] = offset_msg_id_with_prefix(_msg_id_prefix(row["store_host"]), row["physical_offset"])
-    return {name: row[name] for name in MESSAGE_VIEW_COLUMNS}
+    pairs = parse_properties(row["properties_bytes"] or b"")
+    derived = {
+        "properties": list(pairs.items()),
+        "keys": split_keys(pairs.get(KEYS)),
+        "tags": pairs.get(TAGS),
+        "uniq_key": pairs.get(UNIQ_KEY),
+        "msg_id": offset_msg_id_with_prefix(_msg_id_prefix(row["store_host"]), row["physical_offset"]),
+    }
+    return {name: derived[name] if name in derived else row[name] for name in MESSAGE_VIEW_COLUMNS}
 
 
 def read_messages(lake: Lake, offsets: Iterable[int], *, segment_size: int, cached: bool = True) -> dict[int, dict]:
