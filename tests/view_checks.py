@@ -1,4 +1,4 @@
-"""What the warm key lookup decodes from a record's fields, against the columns every writer stores."""
+"""What a key lookup decodes from a record's fields, against the columns every writer stores."""
 
 from __future__ import annotations
 

@@ -235,7 +235,7 @@ def test_page_maps_are_built_from_a_process_second_lookup_on(root):
     "field, value", [("properties_bytes", b"KEYS\x01a\x02TAGS\x01\xff\x02"), ("store_host", "10.0.0.5")]
 )
 def test_a_record_no_writer_stores_is_shown_from_the_stored_columns(tmp_path, caplog, field, value):
-    """The warm route decodes ``properties``, ``keys``, ``tags``, ``uniq_key`` and ``msg_id`` from the record's
+    """A lookup decodes ``properties``, ``keys``, ``tags``, ``uniq_key`` and ``msg_id`` from the record's
     fields; fields it cannot decode (properties bytes that are not UTF-8, a store host without a port) make it
     show the stored columns instead, as the reference route does."""
     L.clear_caches()
