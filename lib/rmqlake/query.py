@@ -31,7 +31,7 @@ from rmqlake.formats.indexfile import (
 )
 from rmqlake.formats.javahash import index_key, index_key_hash
 from rmqlake.formats.msgid import decode_offset_msg_id, offset_msg_id_prefix, offset_msg_id_with_prefix
-from rmqlake.formats.properties import KEYS, TAGS, UNIQ_KEY, parse_properties, split_keys
+from rmqlake.formats.properties import parse_properties, property_columns, split_keys
 from rmqlake.formats.segment import segment_file_name, segment_start
 from rmqlake.lake import Lake, lookup
 from rmqlake.lake.lake import holds_any
@@ -95,14 +95,8 @@ def view_from_record(row: dict) -> dict:
         ValueError: properties bytes that are not UTF-8, or a store host that is no address: bytes no writer
             of rmqlake stores.
     """
-    pairs = parse_properties(row["properties_bytes"] or b"")
-    derived = {
-        "properties": list(pairs.items()),
-        "keys": split_keys(pairs.get(KEYS)),
-        "tags": pairs.get(TAGS),
-        "uniq_key": pairs.get(UNIQ_KEY),
-        "msg_id": offset_msg_id_with_prefix(_msg_id_prefix(row["store_host"]), row["physical_offset"]),
-    }
+    derived = property_columns(parse_properties(row["properties_bytes"] or b""))
+    derived["msg_id"] = offset_msg_id_with_prefix(_msg_id_prefix(row["store_host"]), row["physical_offset"])
     return {name: derived[name] if name in derived else row[name] for name in MESSAGE_VIEW_COLUMNS}
 
 

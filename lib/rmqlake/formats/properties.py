@@ -124,6 +124,17 @@ def parse_properties(data: bytes | str) -> dict[str, str]:
     return result
 
 
+def property_columns(properties: Mapping[str, str]) -> dict:
+    """The commitlog columns a record's parsed properties give (every writer's and a key lookup's rule): the
+    pairs in order, the KEYS tokens, TAGS and UNIQ_KEY (``None`` when absent)."""
+    return {
+        "properties": list(properties.items()),
+        "keys": split_keys(properties.get(KEYS)),
+        "tags": properties.get(TAGS),
+        "uniq_key": properties.get(UNIQ_KEY),
+    }
+
+
 def split_keys(keys: str | None) -> list[str]:
     """KEYS tokens as the index builds them.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.msgid import offset_msg_id
-from rmqlake.formats.properties import KEYS, TAGS, UNIQ_KEY, split_keys
+from rmqlake.formats.properties import property_columns
 from rmqlake.formats.record import Record
 from rmqlake.lake.tables import COMMITLOG
 
@@ -65,10 +65,7 @@ def row_from_record(segment: str, path: str, ordinal: int, record: Record, prope
         "prepared_transaction_offset": record.prepared_transaction_offset,
         "body": record.body,
         "topic": record.topic,
-        "properties": list(properties.items()),
-        "keys": split_keys(properties.get(KEYS)),
-        "tags": properties.get(TAGS),
-        "uniq_key": properties.get(UNIQ_KEY),
+        **property_columns(properties),
         "msg_id": offset_msg_id(record.store_host, record.physical_offset),
         "source_file": path,
         "source_line": ordinal,
