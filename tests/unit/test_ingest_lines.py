@@ -116,6 +116,15 @@ def test_unknown_topic_is_rejected_only_without_auto_create():
         parse({**GOOD, "topic": "NewTopic"}, strict)
 
 
+@pytest.mark.parametrize(
+    "change", [{"queue_counts": {"Orders": 8, "Profiles": 0}}, {"default_queue_count": 0}], ids=["topic", "default"]
+)
+def test_options_with_a_topic_without_queues_are_refused(change):
+    # a key's queue is its hash modulo the count: options built in code cannot reach a division by zero
+    with pytest.raises(ValueError, match="every topic needs at least one queue"):
+        ParseOptions(**{**OPTIONS.__dict__, **change})
+
+
 def test_record_that_cannot_fit_a_segment_is_rejected():
     small = ParseOptions(**{**OPTIONS.__dict__, "segment_size": 200})
     with pytest.raises(Rejection, match=r"record of 2\d\d bytes cannot fit a commitlog segment of 200 bytes"):

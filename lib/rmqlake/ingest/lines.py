@@ -83,6 +83,18 @@ class ParseOptions:
     timezone: str
     schedule: ScheduleRules = field(default_factory=ScheduleRules)
 
+    def __post_init__(self):
+        # a key's queue is its hash modulo the count: a topic without queues has nowhere to put a message
+        # (the configuration refuses such counts; this guards options built in code)
+        counts = [
+            *self.queue_counts.values(),
+            *([self.default_queue_count] if self.default_queue_count is not None else []),
+        ]
+        if any(count < 1 for count in counts):
+            raise ValueError(
+                f"every topic needs at least one queue: {self.queue_counts}, default {self.default_queue_count}"
+            )
+
 
 class Rejection(ValueError):
     """Why a line cannot become a message."""
