@@ -34,6 +34,8 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="one JSON line instead of tables")
     args = parser.parse_args()
 
+    from pyspark import StorageLevel
+
     from rmqlake.config import load_settings
     from rmqlake.lake import Lake
     from rmqlake.lake.spark_io import read_table
@@ -57,7 +59,9 @@ def main() -> int:
             spark.read.schema(INPUT_SCHEMA).json(str(landing)).write.parquet(str(work / "baseline-json"))
         with timed() as ingest_time:
             metrics = ingest(spark, settings, input_path=str(landing))
-        commitlog = read_table(spark, Lake.from_settings(settings), "commitlog").cache()
+        # on the disk only: a block spilled by a memory cache is read back into the 2 GiB heap as one array,
+        # which once ran the driver out of memory here
+        commitlog = read_table(spark, Lake.from_settings(settings), "commitlog").persist(StorageLevel.DISK_ONLY)
         commitlog.count()
         with timed() as write_only:
             commitlog.write.partitionBy("segment").parquet(str(work / "baseline-rows"))
