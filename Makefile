@@ -19,7 +19,7 @@ JARS := .jars
 JARS_STAMP := $(JARS)/.fetched
 HARNESS_STAMP := $(JARS)/interop-classes/.compiled
 HARNESS_SOURCES := $(wildcard tests/interop/java/*.java)
-# rmqlake's own JVM code (the line parser of the common shape), compiled into one jar
+# rmqlake's own JVM code (ingest's parser of the common line shape), compiled into one jar
 JVM_SOURCES := $(wildcard jvm/src/rmqlake/jvm/*.java)
 JVM_JAR := $(JARS)/rmqlake-jvm.jar
 MVN := mvn -q -B -Dstyle.color=never
@@ -63,7 +63,7 @@ $(JVM_JAR): $(JVM_SOURCES) $(STAMP)
 
 jars: $(HARNESS_STAMP) $(JVM_JAR) ## fetch the pinned Delta and RocketMQ jars (Maven) into .jars/, compile the interop harness and rmqlake's JVM code
 
-demo: $(STAMP) ## generate ~50k messages, run the jobs into ./lake, print where to look
+demo: $(STAMP) $(JVM_JAR) ## generate ~50k messages, run the jobs into ./lake, print where to look
 	$(BIN)/python -m rmqlake.demo --env local --data $(DEMO_DIR) --messages $(DEMO_MESSAGES)
 
 test: $(STAMP) $(HARNESS_STAMP) $(JVM_JAR) ## run the test suite (unit, Spark, end to end, Airflow); the cluster test is separate
@@ -79,7 +79,7 @@ lint: $(STAMP) ## ruff check and format check
 	$(BIN)/ruff check lib tests jobs bench airflow_dags
 	$(BIN)/ruff format --check lib tests jobs bench airflow_dags
 
-bench: $(STAMP) $(JARS_STAMP) ## benchmarks: figures and ratios against baselines measured in the same run
+bench: $(STAMP) $(JARS_STAMP) $(JVM_JAR) ## benchmarks: figures and ratios against baselines measured in the same run
 	$(BIN)/python bench/ingest_bench.py
 	$(BIN)/python bench/reput_bench.py
 	$(BIN)/python bench/lookup_bench.py
@@ -92,7 +92,7 @@ bench: $(STAMP) $(JARS_STAMP) ## benchmarks: figures and ratios against baseline
 # Not in `make bench`: hours of generation and jobs, and up to ~30 GB of disk at 20 M messages (each hour's input,
 # the lake and the exported store are deleted as soon as they are measured).
 SCALE ?= 1000000,5000000,20000000
-bench-scale: $(STAMP) $(JARS_STAMP) ## scale run: hourly batches through every step at SCALE messages (default 1M,5M,20M)
+bench-scale: $(STAMP) $(JARS_STAMP) $(JVM_JAR) ## scale run: hourly batches through every step at SCALE messages (default 1M,5M,20M)
 	$(BIN)/python bench/scale_bench.py --messages $(SCALE)
 
 DIST ?= dist

@@ -17,7 +17,9 @@ submitted is read from the worker's environment when the task runs:
 * ``RMQLAKE_HOME``: the rmqlake checkout holding ``jobs/`` and
   ``dist/rmqlake.zip`` (default: this file's parent folder); the
   ``spark-submit-operator`` runner ships the zip with ``--py-files`` and
-  fails when it is missing (``make package`` builds it);
+  fails when it is missing (``make package`` builds it); both runners ship
+  ``.jars/rmqlake-jvm.jar`` of that checkout with ``--jars`` when it is
+  there (``make jars`` builds it): ingest's JVM line parser;
 * ``RMQLAKE_CONF``, ``RMQLAKE_ENV``, ``RMQLAKE_LAKE``: passed to every job.
 
 Each DAG carries its spec's documentation (``doc_md``), params (``Param``
@@ -45,6 +47,7 @@ RUNNERS = ("spark-submit-operator", "local")
 DEFAULT_RUNNER = "spark-submit-operator"
 DEFAULT_SPARK_CONN = "spark_rmqlake"
 PACKAGE = Path("dist") / "rmqlake.zip"  # under RMQLAKE_HOME; `make package` builds it
+JVM_JAR = Path(".jars") / "rmqlake-jvm.jar"  # under RMQLAKE_HOME; `make jars` builds it: ingest's JVM parser
 JOB_ENVIRONMENT = ("RMQLAKE_CONF", "RMQLAKE_ENV", "RMQLAKE_LAKE", "JAVA_HOME", "SPARK_CONF_DIR", "PYSPARK_PYTHON")
 
 
@@ -70,6 +73,9 @@ class RmqlakeJobOperator(SparkSubmitOperator):
         home = Path(os.environ.get("RMQLAKE_HOME", CHECKOUT))
         self.application = str(home / "jobs" / f"{self.job}.py")
         self.env_vars = job_environment()
+        jar = home / JVM_JAR
+        if jar.is_file() and str(jar) not in (self.jars or "").split(","):
+            self.jars = ",".join(filter(None, [self.jars, str(jar)]))  # ingest parses in the JVM where it can
         if runner == "local":
             self.run_locally(home)
             return
@@ -88,7 +94,8 @@ class RmqlakeJobOperator(SparkSubmitOperator):
     def local_command(self) -> list[str]:
         """``spark-submit --master local[2]`` of this virtualenv, the job and its rendered arguments."""
         spark_submit = str(Path(sys.executable).parent / "spark-submit")
-        return [spark_submit, "--master", "local[2]", self.application, *self.application_args]
+        jars = ["--jars", self.jars] if self.jars else []
+        return [spark_submit, "--master", "local[2]", *jars, self.application, *self.application_args]
 
     def run_locally(self, home: Path) -> None:
         from airflow.providers.standard.hooks.subprocess import SubprocessHook

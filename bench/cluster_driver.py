@@ -117,11 +117,14 @@ def packaged_cluster(root: Path, env: dict) -> Iterator[dict]:
 
 
 def submit_command(cluster: dict, job: str, options: list[str]) -> list[str]:
-    """spark-submit of ``jobs/<job>.py`` in client mode: driver heap 1 GiB, executors 3 GiB, both cores."""
+    """spark-submit of ``jobs/<job>.py`` in client mode: driver heap 1 GiB, executors 3 GiB, both cores; ingest's
+    JVM parser shipped with ``--jars`` (``make bench`` builds it)."""
+    jar = REPO / ".jars" / "rmqlake-jvm.jar"
     return [
         str(BIN / "spark-submit"),
         *("--master", cluster["url"], "--driver-memory", "1g", "--executor-memory", "3g"),
         *("--py-files", str(REPO / "dist" / "rmqlake.zip")),
+        *(("--jars", str(jar)) if jar.is_file() else ()),
         *("--conf", f"spark.pyspark.python={sys.executable}", "--conf", "spark.cores.max=2"),
         f"jobs/{job}.py",
         *options,

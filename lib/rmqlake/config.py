@@ -194,6 +194,7 @@ class SparkSettings(_Section):
     driver_memory: str = "2g"
     conf: dict[str, SparkConfValue] = Field(default_factory=dict)  # passed to the session as they are
     delta_jars: str = ".jars/delta"  # lake.engine delta-spark outside spark-submit: the folder `make jars` fills
+    jvm_jar: str = ".jars/rmqlake-jvm.jar"  # rmqlake's JVM code (`make jars`), given to Spark with spark.jars
     # Seconds between progress lines while a job's Spark stages run (0: none); a day at most, so a typo shows.
     progress_seconds: float = Field(10.0, ge=0, le=86400, allow_inf_nan=False)
 
@@ -226,6 +227,10 @@ class IngestSettings(_Section):
     sort_partitions: int | None = Field(None, ge=1, le=INT_MAX)
     log_rejects: int = Field(20, ge=0, le=INT_MAX)
     write_when_disk_full: bool = False
+    # Where lines are parsed: "jvm" (rmqlake's JVM parser for the common lines, the per-line parser for the
+    # rest; needs spark.jvm_jar), "python" (the per-line parser and its column-wise route only), "auto" (the JVM
+    # where its jar is on the classpath).
+    parser: Literal["auto", "jvm", "python"] = "auto"
 
 
 class QualitySettings(_Section):

@@ -95,6 +95,28 @@ def delta_jar_paths(folder: str | Path) -> list[str]:
     )
 
 
+def jvm_jar_path(jar: str | Path) -> str | None:
+    """rmqlake's JVM jar (``spark.jvm_jar``; relative: to the working directory, else to this checkout), or
+    ``None`` when it is not there (``make jars`` builds it)."""
+    jar = Path(jar)
+    candidates = [jar] if jar.is_absolute() else [Path.cwd() / jar, CHECKOUT / jar]
+    return next((str(c.resolve()) for c in candidates if c.is_file()), None)
+
+
+def require_jvm_jar(settings: SparkSettings) -> None:
+    """Refuse, before Spark starts, ``ingest.parser: jvm`` without the jar (outside spark-submit, where the jars
+    are the user's ``--jars``; the job checks the class once the session runs).
+
+    Raises:
+        ConfigError: naming the path looked for and the command that builds it.
+    """
+    if not under_spark_submit() and jvm_jar_path(settings.jvm_jar) is None:
+        raise ConfigError(
+            f"ingest.parser is jvm but spark.jvm_jar ({settings.jvm_jar}) is not there. Run `make jars` once (it "
+            "builds .jars/rmqlake-jvm.jar), point spark.jvm_jar at the jar, or set ingest.parser to auto or python"
+        )
+
+
 def session_conf(settings: SparkSettings, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The settings rmqlake gives the session builder, later ones winning: the shuffle partitions, the
     user's ``spark.conf`` (conf files or ``--set spark.conf.<key>=<value>``), ``extra`` (the Delta extension),
@@ -139,9 +161,15 @@ def get_spark(
         own = settings.conf.get("spark.sql.extensions", "")
         if own and DELTA_EXTENSION not in own:
             extra["spark.sql.extensions"] = f"{own},{DELTA_EXTENSION}"
-        if not under_spark_submit() and SparkSession.getActiveSession() is None:
-            jars = [j for j in settings.conf.get("spark.jars", "").split(",") if j]
-            extra["spark.jars"] = ",".join([*jars, *delta_jar_paths(settings.delta_jars)])
+    if not under_spark_submit() and SparkSession.getActiveSession() is None:
+        jars = [j for j in settings.conf.get("spark.jars", "").split(",") if j]
+        if delta_extension:
+            jars += delta_jar_paths(settings.delta_jars)
+        own_jar = jvm_jar_path(settings.jvm_jar)  # rmqlake's JVM code, when built: see ingest.parser
+        if own_jar is not None and own_jar not in jars:
+            jars.append(own_jar)
+        if jars:
+            extra["spark.jars"] = ",".join(jars)
 
     builder = SparkSession.builder.appName(app_name or settings.app_name)
     if not under_spark_submit():

@@ -146,6 +146,13 @@ def test_the_runner_and_checkout_are_the_workers_read_when_the_task_runs(bag, mo
     job = str(tmp_path / "jobs" / "ingest.py")
     assert launched["command"] == [spark_submit, "--master", "local[2]", job, *task.application_args]
     assert launched["cwd"] == str(tmp_path) and launched["env"]["RMQLAKE_LAKE"] == "/data/lake"
+    jar = tmp_path / ".jars" / "rmqlake-jvm.jar"  # where `make jars` builds it: shipped with --jars
+    jar.parent.mkdir()
+    jar.write_bytes(b"PK\x05\x06" + bytes(18))
+    task.execute({})
+    task.execute({})  # a retry ships it once
+    assert launched["command"] == [spark_submit, "--master", "local[2]", "--jars", str(jar), job,
+                                   *task.application_args]  # fmt: skip
     monkeypatch.setenv("RMQLAKE_RUNNER", "yarn")
     with pytest.raises(ValueError, match="RMQLAKE_RUNNER='yarn'; allowed: spark-submit-operator, local"):
         task.execute({})

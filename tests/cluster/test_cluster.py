@@ -7,6 +7,7 @@ and the exported store must equal those of the same jobs run locally. ``make clu
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,7 @@ def package():
 
 
 DELTA_JARS = sorted(str(p) for p in (REPO / ".jars" / "delta").glob("*.jar"))
+JVM_JAR = str(REPO / ".jars" / "rmqlake-jvm.jar")  # ingest's JVM parser (the test overlay asks for it)
 
 
 def submit(cluster: dict, package: Path, script: str, *args: str, jars: list[str] = ()) -> subprocess.CompletedProcess:
@@ -113,8 +115,10 @@ def test_executors_import_the_shipped_package(cluster, package, tmp_path):
 
 
 def test_every_job_on_the_cluster_under_both_engines_equals_the_local_run(cluster, package, tmp_path):
-    """The cluster runs every job with delta-rs and, the Delta Lake jars shipped with --jars, with delta-spark."""
+    """The cluster runs every job with delta-rs and, the Delta Lake jars shipped with --jars, with delta-spark;
+    ingest parses in the JVM (its jar shipped with --jars) in the first, in Python in the second."""
     assert len(DELTA_JARS) == 2, "the Delta Lake jars are missing from .jars/delta: run `make jars`"
+    assert Path(JVM_JAR).is_file(), "run `make jars`: it builds .jars/rmqlake-jvm.jar"
     generate(tmp_path / "in", messages=600, topics=TOPICS, hours=2, bad_rate=0.01, seed=31)
     landing = tmp_path / "in" / "landing"
     lakes = {"cluster": tmp_path / "cluster-lake", "cluster-delta-spark": tmp_path / "ds-lake", "local": tmp_path / "l"}
@@ -123,9 +127,13 @@ def test_every_job_on_the_cluster_under_both_engines_equals_the_local_run(cluste
             args = [a.format(landing=landing, store=tmp_path / f"{name}-store") for a in options]
             args += ["--conf", str(CONF), "--lake", str(lake), *SETTINGS]
             if name == "cluster":
-                submit(cluster, package, f"jobs/{job}.py", *args)
+                result = submit(cluster, package, f"jobs/{job}.py", *args, "--json", jars=[JVM_JAR])
+                if job == "ingest":
+                    metrics = json.loads(result.stdout.strip().splitlines()[-1])
+                    assert metrics["lines_parsed_in_jvm"] > 0.9 * metrics["rows_out"], metrics
             elif name == "cluster-delta-spark":
-                submit(cluster, package, f"jobs/{job}.py", *args, "--set", "lake.engine=delta-spark", jars=DELTA_JARS)
+                submit(cluster, package, f"jobs/{job}.py", *args, "--set", "lake.engine=delta-spark",
+                       "--set", "ingest.parser=python", jars=DELTA_JARS)  # fmt: skip
             else:
                 assert main([job.replace("_", "-"), *args]) == 0, job
     assert master_state(cluster["ui"])["completedapps"]  # the jobs really ran on this cluster

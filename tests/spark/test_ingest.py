@@ -64,16 +64,23 @@ def assert_matches_reference(spark, settings, broker: RefBroker) -> None:
     assert lake.state().next_offset == broker.next_offset
 
 
-def test_ingest_of_generated_hours_matches_the_reference_broker(spark, tmp_path, java_oracle):
+@pytest.mark.parametrize("parser", ["jvm", "python"])
+def test_ingest_of_generated_hours_matches_the_reference_broker(spark, tmp_path, java_oracle, parser):
+    """Both parse routes (the JVM parser with the per-line parser for what it leaves, and Python alone) give the
+    reference broker's store; the JVM route takes most lines."""
     topics = [TopicPlan(name, queues, name == "UserProfile") for name, queues in TOPICS.items()]
     generate(tmp_path / "in", messages=1500, topics=topics, hours=2, bad_rate=0.02, seed=11)
-    settings = settings_for(tmp_path)
+    settings = settings_for(tmp_path, f"ingest.parser={parser}")
     metrics = ingest(spark, settings, input_path=str(tmp_path / "in" / "landing"))
     broker = RefBroker(ref_config(), java_oracle)
     broker.ingest_files([str(p) for p in sorted((tmp_path / "in" / "landing").rglob("*.jsonl"))])
     assert metrics["rows_out"] == len(broker.messages)
     assert metrics["rejected"] == len(broker.rejected)
     assert len(broker.blanks) > 50  # small segments: many rolls
+    if parser == "jvm":
+        assert metrics["lines_parsed_in_jvm"] > 0.9 * metrics["rows_out"]
+    else:
+        assert metrics["lines_parsed_in_jvm"] == 0
     assert_matches_reference(spark, settings, broker)
 
 

@@ -110,6 +110,21 @@ def test_a_driver_memory_the_jvm_cannot_take_exits_2(tmp_path, landing, capsys):
     assert "spark.driver_memory = 'xyz': must be a JVM memory size" in capsys.readouterr().err
 
 
+def test_the_jvm_parser_without_its_jar_exits_2_before_spark(tmp_path, landing, capsys):
+    missing = tmp_path / "no.jar"
+    code = run("ingest", "--lake", str(tmp_path / "lake"), "--input", str(landing), "--set", "ingest.parser=jvm",
+               "--set", f"spark.jvm_jar={missing}")  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"ingest.parser is jvm but spark.jvm_jar ({missing}) is not there" in err and "make jars" in err
+
+
+def test_an_unknown_parser_exits_2(tmp_path, landing, capsys):
+    code = run("ingest", "--lake", str(tmp_path / "lake"), "--input", str(landing), "--set", "ingest.parser=rust")
+    assert code == 2
+    assert "ingest.parser" in capsys.readouterr().err
+
+
 def _lake_with_segments(root, rows, *, next_offset: int, recorded: int | None = None) -> None:
     lake = Lake(str(root))
     run_ = lake.begin("ingest")

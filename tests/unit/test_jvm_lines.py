@@ -239,6 +239,28 @@ def test_bodies_are_taken_exactly_when_they_are_utf8(tmp_path):
     assert_agree(tmp_path, lines)
 
 
+def test_every_two_byte_start_of_a_character_is_judged_as_python_judges_it(tmp_path):
+    """Every non-ASCII byte followed by every byte a JSON string may hold, then none to three continuation bytes
+    and ASCII: the JVM parser takes the line exactly when Python's strict codec decodes the body."""
+    tails = [b"", b"\x80", b"\x80\xbf", b"\xbf\x80\x80", b"\x8f\xbfa"]
+    seconds = [b for b in range(0x20, 0x100) if b not in (0x22, 0x5C)]
+    bodies = [b"x" + bytes([lead, second]) + tail + b" y" for lead in range(0x80, 0x100) for second in seconds
+              for tail in tails]  # fmt: skip
+    lines = [b'{"topic": "Orders", "bornTimestamp": 5, "body": "' + body + b'"}' for body in bodies]
+    got = jvm_parse(tmp_path, lines, options=OPTIONS)
+    taken = [fields is not None for fields in got]
+    decodes = []
+    for body in bodies:
+        try:
+            body.decode("utf-8")
+            decodes.append(True)
+        except UnicodeDecodeError:
+            decodes.append(False)
+    wrong = [body for body, have, want in zip(bodies, taken, decodes, strict=True) if have != want]
+    assert not wrong, wrong[:10]
+    assert sum(decodes) > 3000  # valid sequences of every length are among them
+
+
 def _pyspark_jars() -> str:
     import pyspark
 

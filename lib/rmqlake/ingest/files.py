@@ -78,12 +78,12 @@ class Split:
     sha256: str
 
 
-def _is_local(path: str) -> bool:
+def is_local_path(path: str) -> bool:
     scheme = urlparse(path).scheme
     return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
 
 
-def _local_path(path: str) -> str:
+def local_path(path: str) -> str:
     return urlparse(path).path if path.startswith("file:") else path
 
 
@@ -93,8 +93,8 @@ def resolve_inputs(pattern: str) -> list[InputFile]:
     Raises:
         InputError: nothing matches, or a folder holds no ``.jsonl[.gz]`` file.
     """
-    if _is_local(pattern):
-        local = _local_path(pattern)
+    if is_local_path(pattern):
+        local = local_path(pattern)
         if os.path.isdir(local):
             found = [
                 os.path.join(root, name)
@@ -149,8 +149,8 @@ def _local_input(path: str) -> InputFile:
 
 def open_binary(path: str, *, compressed: bool = False, offset: int = 0):
     """A buffered binary reader over a local or object-store file (gunzipped when ``compressed``)."""
-    if _is_local(path):
-        raw = open(_local_path(path), "rb", buffering=_READ_BLOCK)  # noqa: SIM115 - returned to the caller
+    if is_local_path(path):
+        raw = open(local_path(path), "rb", buffering=_READ_BLOCK)  # noqa: SIM115 - returned to the caller
     else:
         filesystem, inner = pafs.FileSystem.from_uri(path)
         raw = io.BufferedReader(filesystem.open_input_file(inner), buffer_size=_READ_BLOCK)

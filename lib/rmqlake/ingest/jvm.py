@@ -2,8 +2,10 @@
 
 The JVM parser accepts the lines of the common shape and leaves every other line to the per-line parser
 (``lines``), the reference; ``tests/unit/test_jvm_lines.py`` holds the two to the same fields line by line.
-``rmqlake.jvm.SplitScratch`` runs it over an input split and writes the messages it accepts in the scratch schema
-(Arrow IPC) and the lines it leaves, as the parse task's first half would. Neither is on the ingest job's path yet.
+``rmqlake.jvm.IngestParse`` is the ingest's parse stage in the JVM: a Spark job (started here, from the driver)
+whose task per split runs ``rmqlake.jvm.SplitScratch`` over it and writes the split's scratch and narrow files of
+the messages the JVM parser accepts, and the lines it leaves, which ``ingest.tasks.parse_remainder`` then parses
+in Python. ``tests/unit/test_ingest_jvm.py`` holds the two routes to the same files.
 
 What the JVM parser cannot work out the same way by itself comes from here, computed by the reference's own code:
 the month starts a generated UNIQ_KEY counts from, in the broker's zone (Python's zone database, not the JVM's,
@@ -12,6 +14,7 @@ which may be of another release).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -73,3 +76,75 @@ def _plain(value: str) -> bool:
 def _check_field(value: str) -> None:
     if not _plain(value):
         raise ValueError(f"a tab or line break in {value!r} cannot be passed to the JVM line parser")
+
+
+JOB_CLASS = "rmqlake.jvm.IngestParse"
+
+
+def jvm_parser_loaded(spark) -> bool:
+    """Whether the session's JVM has the parse job's class (``spark.jars`` are in the context class loader)."""
+    jvm = spark._jvm
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(JOB_CLASS, False, loader)
+    except Exception:  # py4j wraps the ClassNotFoundException
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class JvmSplit:
+    """A split for the JVM parse job: the input's local path and the local paths of the files it writes."""
+
+    split: int
+    file_rank: int
+    path: str
+    start: int
+    end: int
+    first_line: int
+    hash32: int
+    scratch: str
+    narrow: str
+    undecided: str
+
+    def line(self) -> str:
+        fields = [self.split, self.file_rank, self.path, self.start, self.end, self.first_line, self.hash32,
+                  self.scratch, self.narrow, self.undecided]  # fmt: skip
+        return "\t".join(str(field) for field in fields)
+
+
+def passable(path: str) -> bool:
+    """Whether ``path`` can be given to the JVM job: UTF-8 text without tabs or line breaks (its separators)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a file name of undecodable bytes (surrogate escapes)
+        return False
+    return _plain(path)
+
+
+@dataclass(frozen=True)
+class JvmSplitCounts:
+    """What the JVM found in a split: its lines, the messages it accepted and the lines it left undecided."""
+
+    split: int
+    lines: int
+    accepted: int
+    undecided: int
+    last_store_timestamp: int | None
+
+
+def parse_in_jvm(spark, splits: list[JvmSplit], *, options: ParseOptions) -> list[JvmSplitCounts]:
+    """Run the JVM parse job over ``splits`` (a Spark task each); their counts, in the order of ``splits``."""
+    if not splits:
+        return []
+    job = spark._jvm.rmqlake.jvm.IngestParse
+    answer = job.run(spark._jsc, options_text(options), "\n".join(split.line() for split in splits))
+    counts = []
+    for line in answer.split("\n"):
+        split, lines, accepted, undecided, latest = line.split("\t")
+        counts.append(
+            JvmSplitCounts(int(split), int(lines), int(accepted), int(undecided), int(latest) if latest else None)
+        )
+    if [c.split for c in counts] != [s.split for s in splits]:
+        raise AssertionError("the JVM parse job did not answer for every split, in order")
+    return counts

@@ -64,6 +64,23 @@ def parse_lines(
         return merged.combine_chunks().to_batches()[0]
 
 
+def parse_numbered_lines(
+    lines: list[bytes],
+    numbers: list[int],
+    *,
+    source_file: str,
+    file_hash32: int,
+    options: ParseOptions,
+) -> pa.RecordBatch:
+    """Parse lines of one file that need not be consecutive (``numbers``: each line's number) by the per-line
+    parser alone, into one batch of ``PARSED_SCHEMA`` (in the order given): the lines the JVM parser leaves."""
+    parser = line_parser(options)
+    texts, reasons, rows = [], [], []
+    with gc_paused():
+        _parse_into(numbers, file_hash32, lines, parser, texts, reasons, rows)
+        return _parsed_batch(source_file, numbers, texts, reasons, rows)
+
+
 def _accepted_batch(source_file: str, first_line: int, block: BlockColumns) -> pa.RecordBatch:
     count = len(block.accepted)
     nothing = pa.nulls(count, pa.string())

@@ -122,6 +122,10 @@ class IngestTarget:
     def narrow_file(self, split: int) -> str:
         return f"{self.scratch_dir}/narrow/split-{split:06d}.parquet"
 
+    def undecided_file(self, split: int) -> str:
+        """The lines of a split the JVM parser left to the per-line parser (``IngestParse``)."""
+        return f"{self.scratch_dir}/undecided/split-{split:06d}.arrow"
+
     def ends_file(self, split: int) -> str:
         return f"{self.scratch_dir}/ends/split-{split:06d}.parquet"
 

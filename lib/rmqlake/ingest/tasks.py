@@ -1,9 +1,9 @@
 """What runs on executors: producer log lines → CommitLog files, placed exactly as a broker appends them.
 
 The broker appends one message at a time; here the same sequential rules are
-computed in parallel (DESIGN "Algorithms that must scale"). Message bodies
-never cross a shuffle, nor go from Python to the JVM: only a narrow row per
-line (its position, order key, topic, queue, sysFlag and size) does.
+computed in parallel. Message bodies never cross a shuffle, nor go between
+Python and the JVM: only a narrow row per line (its position, order key,
+topic, queue, sysFlag and size) is shared.
 
 1. ``parse_split`` (a task per input split): each line → record fields or a
    reject reason (``parse_lines``: column-wise where the block allows, the
@@ -11,6 +11,10 @@ line (its position, order key, topic, queue, sysFlag and size) does.
    Arrow IPC file in the run's staging folder, its narrow rows (sorted, with
    where each message sits in the scratch file) to a small Parquet file, its
    rejected lines to the ``rejected`` table's staging folder.
+   With the JVM parser (``ingest.jvm``, ``ingest.parser``), a JVM task per
+   plain split reads it and writes the same two files for the lines of the
+   common shape, and the lines it leaves to a third; ``parse_remainder``
+   parses those in Python into the files of the split's ``remainder`` id.
 2. ``append_order_bounds`` (driver, from the narrow files' row-group
    statistics) and ``order_partition`` (a task per range): each range's
    narrow rows are gathered from the splits' files (sorted, so only the row
@@ -51,7 +55,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -79,11 +83,14 @@ from rmqlake.ingest.files import (
     Split,
     count_split_lines,
     fingerprint,
+    is_local_path,
     iter_split_line_blocks,
+    local_path,
     plan_splits,
 )
+from rmqlake.ingest.jvm import JvmSplit, parse_in_jvm, passable
 from rmqlake.ingest.lines import ParseOptions
-from rmqlake.ingest.parse import PARSED_SCHEMA, gc_paused, parse_lines
+from rmqlake.ingest.parse import PARSED_SCHEMA, gc_paused, parse_lines, parse_numbered_lines
 from rmqlake.ingest.plan import (
     APPEND_ORDER,
     DELIVERY_ROW,
@@ -124,7 +131,7 @@ from rmqlake.ingest.transactions import (
     halves_of,
 )
 from rmqlake.lake import pages
-from rmqlake.lake.storage import Storage
+from rmqlake.lake.storage import Storage, is_local
 from rmqlake.lake.tables import REJECTED, columns
 
 log = logging.getLogger(__name__)
@@ -174,6 +181,9 @@ class SplitTask:
     sha256: str
     first_line: int
     hash32: int
+    # The split id under which the lines the JVM parser leaves undecided are parsed (their own scratch, narrow,
+    # rejected, ends and halves files); None: the split is parsed in Python only.
+    remainder: int | None = None
 
     @property
     def split(self) -> Split:
@@ -181,43 +191,75 @@ class SplitTask:
 
 
 def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget) -> pa.RecordBatch:
-    """Parse one split into its three files; return its counts (one ``PARSED_COUNTS`` row).
+    """Parse one split into its files; return its counts (one ``PARSED_COUNTS`` row).
 
     * scratch: the messages (``SCRATCH_COLUMNS``), for the write step;
     * narrow: one ``NARROW_SCHEMA`` row per message, for ordering and placing;
-    * ``rejected`` staging: the lines that are not messages, with their reasons.
+    * ``rejected`` staging: the lines that are not messages, with their reasons;
+    * ends and halves: the split's transaction end lines and half messages, when it has any.
 
-    Spark reads only the narrow files: message bodies never enter the JVM.
     Files appear under their final names when complete, so a retried task
     replaces them and a killed one leaves only hidden temporary files.
     """
+
+    def parsed_blocks() -> Iterator[pa.RecordBatch]:
+        first_line = task.first_line
+        for lines in iter_split_line_blocks(task.split):
+            yield parse_lines(
+                lines, source_file=task.path, first_line=first_line, file_hash32=task.hash32, options=options
+            )
+            first_line += len(lines)
+
+    return _write_split_files(parsed_blocks(), task, split=task.index, options=options, target=target)
+
+
+def parse_remainder(task: SplitTask, *, options: ParseOptions, target: IngestTarget) -> pa.RecordBatch:
+    """Parse the lines of ``task``'s split that the JVM parser left undecided (``IngestParse`` wrote them with
+    their line numbers) by the per-line parser, into the files of split ``task.remainder``, as ``parse_split``
+    does; return their counts."""
+    storage = target.storage()
+
+    def parsed_blocks() -> Iterator[pa.RecordBatch]:
+        with storage.open_mapped(target.undecided_file(task.index)) as source:
+            undecided = pa.ipc.open_file(source)
+            for index in range(undecided.num_record_batches):
+                lines = undecided.get_batch(index)
+                yield parse_numbered_lines(
+                    lines.column("raw").to_pylist(),
+                    lines.column("source_line").to_pylist(),
+                    source_file=task.path,
+                    file_hash32=task.hash32,
+                    options=options,
+                )
+
+    return _write_split_files(parsed_blocks(), task, split=task.remainder, options=options, target=target)
+
+
+def _write_split_files(
+    blocks: Iterator[pa.RecordBatch], task: SplitTask, *, split: int, options: ParseOptions, target: IngestTarget
+) -> pa.RecordBatch:
+    """The files of split id ``split`` from its parsed lines (``PARSED_SCHEMA`` batches in line order), and its
+    counts. Every line is one parsed row, so the lines read are the rows seen."""
     use_task_memory_pool()
     storage = target.storage()
-    scratch = AtomicArrowFile(storage, target.scratch_file(task.index))
+    scratch = AtomicArrowFile(storage, target.scratch_file(split))
     narrow: list[pa.RecordBatch] = []
     rejected: list[pa.RecordBatch] = []
     origins: list[tuple[pa.Table, list[int], list[int]]] = []  # re-routed records, their due times and levels
     ends: list[pa.Table] = []  # end lines
     halves: list[pa.Table] = []  # half messages
     last_stored = None
-    first_line = task.first_line
+    lines_read = 0
     try:
-        for lines in iter_split_line_blocks(task.split):
-            parsed = parse_lines(
-                lines,
-                source_file=task.path,
-                first_line=first_line,
-                file_hash32=task.hash32,
-                options=options,
-            )
-            first_line += len(lines)
+        for parsed in blocks:
+            lines_read += parsed.num_rows
             is_rejected = pc.is_valid(parsed.column("reject_reason"))
             is_end = pc.is_valid(parsed.column("end_transaction"))
             not_message = pc.or_(is_rejected, is_end)
             # Filtering copies every column, bodies included: only when the block has other lines than messages.
             valid = parsed.filter(pc.invert(not_message)) if pc.any(not_message).as_py() else parsed
             if parsed.column("end_transaction").null_count < len(parsed):
-                ends.append(end_lines(parsed.filter(is_end), split=task.index, file_rank=task.file_rank))
+                ends.append(end_lines(parsed.filter(is_end), split=split, file_rank=task.file_rank))
                 latest = pc.max(ends[-1].column("store_timestamp")).as_py()  # an end appends at its time
                 last_stored = latest if last_stored is None else max(last_stored, latest)
             if valid.num_rows:
@@ -225,10 +267,10 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
                 records = pa.Table.from_batches([valid.select(SCRATCH_COLUMNS)])
                 found = Origins(records, rules=options.schedule)
                 scratch.write(records, max_rows=SCRATCH_BATCH_ROWS)
-                narrow.append(_narrow_rows(valid, task, first_batch=first_batch, origins=found))
+                narrow.append(_narrow_rows(valid, split, task.file_rank, first_batch=first_batch, origins=found))
                 if found.rows:
                     origins.append((records.take(pa.array(found.rows)), found.due, found.level))
-                found_halves = halves_of(records, split=task.index, file_rank=task.file_rank, first_batch=first_batch)
+                found_halves = halves_of(records, split=split, file_rank=task.file_rank, first_batch=first_batch)
                 if found_halves is not None:
                     halves.append(found_halves)
                 latest = pc.max(valid.column("store_timestamp")).as_py()
@@ -237,8 +279,8 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
                 rejected.append(parsed.filter(is_rejected).select(REJECTED_LINE_COLUMNS))
     except DamagedInput as damage:
         # the lines before the damage are read; the damage itself is one rejected line, where reading stopped
-        rejected.append(damaged_input_row(damage, source_line=first_line))
-        first_line += 1
+        rejected.append(damaged_input_row(damage, source_line=task.first_line + lines_read))
+        lines_read += 1
     for records, due, levels in origins:
         # the deliveries they would have, after the split's messages: ordering drops those not due in this run
         deliveries = delivery_records(records, due, rules=options.schedule)
@@ -247,7 +289,7 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
         narrow.append(
             delivery_narrow_rows(
                 deliveries,
-                split=task.index,
+                split=split,
                 first_batch=first_batch,
                 file_rank=task.file_rank,
                 origin_timestamps=records.column("store_timestamp").to_pylist(),
@@ -256,18 +298,18 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
         )
     scratch.close()
     if narrow:
-        _write_narrow(storage, target.narrow_file(task.index), narrow)
+        _write_narrow(storage, target.narrow_file(split), narrow)
     if rejected:
-        _write_rejected(storage, target, task.index, rejected)
-    for rows, relative in ((ends, target.ends_file(task.index)), (halves, target.halves_file(task.index))):
+        _write_rejected(storage, target, split, rejected)
+    for rows, relative in ((ends, target.ends_file(split)), (halves, target.halves_file(split))):
         if rows:
             writer = AtomicParquet(storage, relative, row_group_size=1 << 20, compression="none")
             writer.write(pa.concat_tables(rows))
             writer.close()
     return pa.RecordBatch.from_pydict(
         {
-            "split": [task.index],
-            "lines": [first_line - task.first_line],
+            "split": [split],
+            "lines": [lines_read],
             "rejected": [sum(piece.num_rows for piece in rejected)],
             "last_store_timestamp": [last_stored],
             "origins": [sum(len(due) for _, due, _ in origins)],
@@ -295,7 +337,9 @@ def damaged_input_row(damage: DamagedInput, *, source_line: int) -> pa.RecordBat
     )
 
 
-def _narrow_rows(parsed: pa.RecordBatch, task: SplitTask, *, first_batch: int, origins: Origins) -> pa.RecordBatch:
+def _narrow_rows(
+    parsed: pa.RecordBatch, split: int, file_rank: int, *, first_batch: int, origins: Origins
+) -> pa.RecordBatch:
     count = parsed.num_rows
     row = np.arange(count, dtype=np.int32)
     # the topic whose round-robin turn a message takes: its own without a queue, a re-routed one's real topic
@@ -318,8 +362,8 @@ def _narrow_rows(parsed: pa.RecordBatch, task: SplitTask, *, first_batch: int, o
             turn_topics = pa.array(turns, pa.string())
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(np.full(count, task.index, np.int32)),
-            pa.array(np.full(count, task.file_rank, np.int32)),
+            pa.array(np.full(count, split, np.int32)),
+            pa.array(np.full(count, file_rank, np.int32)),
             parsed.column("source_line"),
             parsed.column("store_timestamp"),
             parsed.column("topic"),
@@ -816,6 +860,7 @@ def split_tasks(spark, files: list[Fingerprint], *, split_bytes: int) -> list[Sp
                 sha256=split.sha256,
                 first_line=first_line,
                 hash32=hashes[split.path],
+                remainder=len(splits) + index,
             )
         )
     log.info("reading %d files in %d splits", len(files), len(splits))
@@ -824,14 +869,18 @@ def split_tasks(spark, files: list[Fingerprint], *, split_bytes: int) -> list[Sp
 
 @dataclass(frozen=True)
 class ParsedSplits:
-    """What the parse tasks found: per input file its lines, rejected lines and end lines; the splits with
-    messages (they have narrow files), with end lines, with halves; the latest store time (``None``: none)."""
+    """What the parse tasks found: per input file its lines, rejected lines and end lines; the split ids with
+    messages (they have narrow files), with end lines, with halves; the latest store time (``None``: none); how
+    many lines the JVM parser took and left; ``split_ids``: every id the parse used is below it."""
 
     per_file: dict[str, dict]
     with_messages: list[int]
     with_ends: list[int]
     with_halves: list[int]
     last_stored: int | None
+    split_ids: int
+    jvm_accepted: int = 0
+    jvm_undecided: int = 0
 
     @property
     def ends(self) -> int:
@@ -841,40 +890,111 @@ class ParsedSplits:
 PARSE_TASKS_PER_CORE = 3  # enough tasks that a core finishing early takes another group
 
 
-def split_groups(tasks: list[SplitTask], *, groups: int) -> list[list[SplitTask]]:
-    """``tasks`` in at most ``groups`` groups of about equal bytes (largest first to the lightest group), each in
-    split order; a split is never cut. Deterministic."""
+def split_groups(tasks: list, *, groups: int, weight: Callable | None = None) -> list[list]:
+    """``tasks`` in at most ``groups`` groups of about equal ``weight`` (default: a split's bytes; largest first to
+    the lightest group), each in ``index`` order; a task is never cut. Deterministic."""
+    weight = weight or (lambda t: t.end - t.start)
     count = max(1, min(groups, len(tasks)))
     loads = [(0, group) for group in range(count)]
-    members: list[list[SplitTask]] = [[] for _ in range(count)]
-    for task in sorted(tasks, key=lambda t: (-(t.end - t.start), t.index)):
+    members: list[list] = [[] for _ in range(count)]
+    for task in sorted(tasks, key=lambda t: (-weight(t), t.index)):
         load, group = heapq.heappop(loads)
         members[group].append(task)
-        heapq.heappush(loads, (load + task.end - task.start, group))
+        heapq.heappush(loads, (load + weight(task), group))
     return [sorted(group, key=lambda t: t.index) for group in members if group]
 
 
-def parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target: IngestTarget) -> ParsedSplits:
-    """``parse_split`` on every split: a few Spark tasks per core, each parsing a group of splits.
+@dataclass(frozen=True)
+class PythonParse:
+    """A Python parse task's share of a split: all its lines, or (``remainder``) those the JVM left."""
+
+    task: SplitTask
+    remainder: bool
+    weight: int  # bytes to read: the split's, or its undecided lines' file
+
+    @property
+    def index(self) -> int:
+        return self.task.remainder if self.remainder else self.task.index
+
+    def run(self, *, options: ParseOptions, target: IngestTarget) -> pa.RecordBatch:
+        parse = parse_remainder if self.remainder else parse_split
+        return parse(self.task, options=options, target=target)
+
+
+def jvm_can_parse(task: SplitTask, target: IngestTarget) -> bool:
+    """A split the JVM parse job takes: plain text (gzip stays in Python), its file and the lake on a local disk,
+    their paths passable to the job."""
+    return (
+        task.remainder is not None
+        and not task.compressed
+        and is_local_path(task.path)
+        and is_local(target.lake_root)
+        and passable(local_path(task.path))
+        and passable(target.storage().file_path(target.scratch_dir))
+    )
+
+
+def parse_splits(
+    spark, tasks: list[SplitTask], *, options: ParseOptions, target: IngestTarget, jvm: bool = False
+) -> ParsedSplits:
+    """Parse every split: with ``jvm``, the JVM parse job (``ingest.jvm``) takes the splits it can
+    (``jvm_can_parse``) and Python parses the lines it leaves (``parse_remainder``); the other splits go
+    through ``parse_split``, the reference. Python parse tasks run a few per core, each parsing a group.
 
     A Python task costs ~50 ms of a core before it does anything; with one task per split, the many files of
     a batch (an hour of every producer) paid it per file. The groups hold about equal bytes (``split_groups``).
     """
-    groups = split_groups(tasks, groups=PARSE_TASKS_PER_CORE * spark.sparkContext.defaultParallelism)
-    # spark.range with as many partitions as groups: exactly one group per task (hashing would pile some up).
-    frame = spark.range(0, len(groups), 1, len(groups))
-
-    def parse(batches):
-        for batch in batches:
-            for group in batch.column("id").to_pylist():
-                for task in groups[group]:
-                    yield parse_split(task, options=options, target=target)
-
+    in_jvm = [task for task in tasks if jvm and jvm_can_parse(task, target)]
+    storage = target.storage()
+    jvm_counts = parse_in_jvm(
+        spark,
+        [
+            JvmSplit(
+                split=task.index,
+                file_rank=task.file_rank,
+                path=local_path(task.path),
+                start=task.start,
+                end=task.end,
+                first_line=task.first_line,
+                hash32=task.hash32,
+                scratch=storage.file_path(target.scratch_file(task.index)),
+                narrow=storage.file_path(target.narrow_file(task.index)),
+                undecided=storage.file_path(target.undecided_file(task.index)),
+            )
+            for task in in_jvm
+        ],
+        options=options,
+    )
     by_index = {task.index: task for task in tasks}
+    work = [PythonParse(task, False, task.end - task.start) for task in tasks if task not in in_jvm]
+    rows = []
+    for counts in jvm_counts:
+        rows.append(
+            {"split": counts.split, "lines": counts.accepted, "rejected": 0, "ends": 0, "halves": 0, "origins": 0,
+             "last_store_timestamp": counts.last_store_timestamp}
+        )  # fmt: skip
+        if counts.undecided:
+            task = by_index[counts.split]
+            size = storage.fs.get_file_info(storage.file_path(target.undecided_file(task.index))).size
+            work.append(PythonParse(task, True, size))
+    if work:
+        groups = split_groups(work, groups=PARSE_TASKS_PER_CORE * spark.sparkContext.defaultParallelism,
+                              weight=lambda w: w.weight)  # fmt: skip
+        # spark.range with as many partitions as groups: exactly one group per task (hashing would pile some up).
+        frame = spark.range(0, len(groups), 1, len(groups))
+
+        def parse(batches):
+            for batch in batches:
+                for group in batch.column("id").to_pylist():
+                    for share in groups[group]:
+                        yield share.run(options=options, target=target)
+
+        rows += frame.mapInArrow(parse, PARSED_COUNTS.ddl).collect()
+    by_index.update({task.remainder: task for task in in_jvm})
     per_file: dict[str, dict] = {}
     with_messages, with_ends, with_halves = [], [], []
     last_stored = None
-    for row in frame.mapInArrow(parse, PARSED_COUNTS.ddl).collect():
+    for row in rows:
         totals = per_file.setdefault(
             by_index[row["split"]].path, {"lines": 0, "rejected": 0, "origins": 0, "ends": 0, "halves": 0}
         )
@@ -888,7 +1008,16 @@ def parse_splits(spark, tasks: list[SplitTask], *, options: ParseOptions, target
             with_halves.append(row["split"])
         if row["last_store_timestamp"] is not None:
             last_stored = max(last_stored or row["last_store_timestamp"], row["last_store_timestamp"])
-    return ParsedSplits(per_file, sorted(with_messages), sorted(with_ends), sorted(with_halves), last_stored)
+    return ParsedSplits(
+        per_file,
+        sorted(with_messages),
+        sorted(with_ends),
+        sorted(with_halves),
+        last_stored,
+        split_ids=2 * len(tasks),
+        jvm_accepted=sum(c.accepted for c in jvm_counts),
+        jvm_undecided=sum(c.undecided for c in jvm_counts),
+    )
 
 
 def order_partitions(

@@ -17,6 +17,7 @@ from rmqlake.errors import ConfigError, RefusedError, UsageError
 from rmqlake.formats.transaction import DEFAULT_TRANSACTION_TIMEOUT_MS, HALF_QUEUE_ID, HALF_TOPIC
 from rmqlake.ingest.deliveries import pending_as_rows, schedule_after
 from rmqlake.ingest.files import Fingerprint, InputFile, resolve_inputs
+from rmqlake.ingest.jvm import jvm_parser_loaded
 from rmqlake.ingest.lines import ParseOptions
 from rmqlake.ingest.plan import merge_segment_aggregates
 from rmqlake.ingest.scratch import IngestTarget
@@ -38,6 +39,7 @@ from rmqlake.lake.state import (
     TopicTotals,
 )
 from rmqlake.progress import Stages, spark_description, spark_progress
+from rmqlake.session import require_jvm_jar
 from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.timeutil import epoch_ms
 from rmqlake.transforms.segments import segment_size_problem, update_segments
@@ -74,8 +76,29 @@ def check_ingest(settings: Settings, *, input_path: str) -> list[InputFile]:
         ConfigError: ``store.commitlog_segment_size`` differs from the lake's.
     """
     files = resolve_inputs(input_path)
+    if settings.ingest.parser == "jvm":
+        require_jvm_jar(settings.spark)
     check_segment_size(Lake.from_settings(settings), segment_size=settings.store.commitlog_segment_size)
     return files
+
+
+def _use_jvm_parser(spark, settings: Settings) -> bool:
+    """Whether the JVM parse job runs (``ingest.parser``): "auto" uses it where its class is loaded.
+
+    Raises:
+        ConfigError: ``ingest.parser`` is "jvm" but the session lacks the class (spark-submit without the jar).
+    """
+    if settings.ingest.parser == "python":
+        return False
+    if jvm_parser_loaded(spark):
+        return True
+    if settings.ingest.parser == "jvm":
+        raise ConfigError(
+            "ingest.parser is jvm but the session does not have rmqlake's JVM classes: give spark-submit "
+            f"--jars {settings.spark.jvm_jar} (`make jars` builds it), or set ingest.parser to auto or python"
+        )
+    log.warning("rmqlake's JVM parser is not on the classpath (`make jars` builds it): lines are parsed in Python")
+    return False
 
 
 def check_segment_size(lake: Lake, *, segment_size: int) -> None:
@@ -202,16 +225,16 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
     # 1. read and parse: messages and their narrow rows to scratch files, rejected lines to staging
     with stages("read and parse") as note:
         tasks = split_tasks(spark, new, split_bytes=settings.ingest.split_bytes)
-        parsed = parse_splits(spark, tasks, options=options, target=target)
+        parsed = parse_splits(spark, tasks, options=options, target=target, jvm=_use_jvm_parser(spark, settings))
         per_file, ordered_splits, last_stored = parsed.per_file, parsed.with_messages, parsed.last_stored
         rows_in = sum(r["lines"] for r in per_file.values())
         rejected_count = sum(r["rejected"] for r in per_file.values())
         note.update(rows=rows_in, messages=rows_in - rejected_count - parsed.ends, rejected=rejected_count,
-                    files=len(new))  # fmt: skip
+                    files=len(new), jvm_accepted=parsed.jvm_accepted, jvm_undecided=parsed.jvm_undecided)  # fmt: skip
     messages = rows_in - rejected_count - parsed.ends
     halves = sum(r["halves"] for r in per_file.values())
     half_head = heads.get((HALF_TOPIC, HALF_QUEUE_ID), 0)
-    files = {task.index: task.path for task in tasks}
+    files = {task.index: task.path for task in tasks} | {task.remainder: task.path for task in tasks}
 
     # 1a. the ends of transactions: each finds its half (in this batch or the lake) and writes what it stores
     ends = None
@@ -224,14 +247,14 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
                 end_splits=parsed.with_ends,
                 half_splits=parsed.with_halves,
                 half_head=half_head,
-                first_split=len(tasks),
+                first_split=parsed.split_ids,
                 files=files,
-                file_ranks={task.index: task.file_rank for task in tasks},
+                file_ranks={split: task.file_rank for task in tasks for split in (task.index, task.remainder)},
                 transaction_timeout_ms=DEFAULT_TRANSACTION_TIMEOUT_MS,
                 partitions=settings.spark.shuffle_partitions,
             )
             ordered_splits = ordered_splits + ends.written_splits
-            files.update({len(tasks) + row["split"]: files[row["split"]] for row in ends.per_split})
+            files.update({parsed.split_ids + row["split"]: files[row["split"]] for row in ends.per_split})
             for row in ends.per_split:
                 per_file[files[row["split"]]]["rejected"] += row["refused"]
             rejected_count += ends.refused
@@ -263,7 +286,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
                 spark,
                 lake,
                 target,
-                first_split=2 * len(tasks),
+                first_split=2 * parsed.split_ids,
                 pending_from=schedule.pending_from,
                 delivered_until=schedule.delivered_until,
                 clock=clock,
@@ -320,7 +343,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
     pending_delays: list[dict] = []
     if plan.messages:
         with stages("place and write commitlog") as note:
-            files.update({split: DELIVERY_SOURCE for split in ordered_splits if split >= 2 * len(tasks)})
+            files.update({split: DELIVERY_SOURCE for split in ordered_splits if split >= 2 * parsed.split_ids})
             written, pending_delays = place_and_write(
                 spark,
                 partitions=partitions,
@@ -390,6 +413,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
         "files": len(new),
         "files_skipped": skipped,
         "input_bytes": sum(f.size for f in new),
+        "lines_parsed_in_jvm": parsed.jvm_accepted,  # the others went through the per-line parser
         "start_offset": start_offset,
         "end_offset": plan.end_offset,
         "commitlog_bytes": plan.end_offset - start_offset,

@@ -60,6 +60,14 @@ public final class SplitScratch {
     public static long[] parse(
             String path, long start, long end, long firstLine, int fileHash32, CommonLineParser.Options options,
             String messagesPath, String undecidedPath) throws IOException {
+        return parse(path, start, end, firstLine, fileHash32, options, messagesPath, undecidedPath, null);
+    }
+
+    /** As above; each accepted message also gets its narrow row in {@code narrow} (unless null), in the order of
+     * the messages file (row i is in batch i / {@link #BATCH_ROWS}, at i % {@link #BATCH_ROWS}). */
+    static long[] parse(
+            String path, long start, long end, long firstLine, int fileHash32, CommonLineParser.Options options,
+            String messagesPath, String undecidedPath, NarrowRows narrow) throws IOException {
         CommonLineParser parser = new CommonLineParser(options);
         try (BufferAllocator allocator = new RootAllocator();
                 Writer messages = new Writer(allocator, messagesSchema(), messagesPath);
@@ -72,6 +80,9 @@ public final class SplitScratch {
                 CommonLineParser.Parsed parsed = parser.parse(lines.buffer, lines.lineStart, lines.lineEnd, number, fileHash32);
                 if (parsed != null) {
                     messages.message(number, parsed);
+                    if (narrow != null) {
+                        narrow.add(number, parsed);
+                    }
                     counts[1]++;
                 } else {
                     undecided.undecided(number, lines.buffer, lines.lineStart, lines.lineEnd);
