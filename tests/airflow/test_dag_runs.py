@@ -53,8 +53,11 @@ def landing(tmp_path_factory) -> Path:
 
 
 def rmqlake_home(folder: Path) -> Path:
-    """A checkout as the spark-submit runner needs it: ``jobs/`` and ``dist/rmqlake.zip`` (as `make package`)."""
+    """A checkout as the spark-submit runner needs it: ``jobs/``, ``dist/rmqlake.zip`` (as `make package`) and
+    ``.jars/rmqlake-jvm.jar`` (as `make jars`: the runner ships it, the test overlay's ingest parses with it)."""
     (folder / "jobs").symlink_to(REPO / "jobs")
+    (folder / ".jars").mkdir()
+    (folder / ".jars" / "rmqlake-jvm.jar").symlink_to(REPO / ".jars" / "rmqlake-jvm.jar")
     (folder / "dist").mkdir()
     with zipfile.ZipFile(folder / "dist" / "rmqlake.zip", "w", zipfile.ZIP_DEFLATED) as package:
         for path in sorted((REPO / "lib" / "rmqlake").rglob("*.py")):
