@@ -192,3 +192,30 @@ def test_rejected_rows_keep_the_table_schema(spark, tmp_path):
     table = pq.read_table(next((Path(target.lake_root) / target.rejected_dir).glob("*.parquet")))
     assert table.schema.equals(REJECTED.arrow_schema)
     assert pc.all(pc.is_valid(table.column("reason"))).as_py()
+
+
+def test_a_split_with_a_line_too_long_for_the_jvm_is_parsed_in_python(spark, tmp_path, caplog):
+    """A 70 MiB line (past what the JVM reads into memory): the JVM gives the split back, writing nothing, and the
+    Python route parses it, with the same files as a Python-only parse; the other split stays in the JVM."""
+    topics = [TopicPlan(name, queues, name == "UserProfile") for name, queues in TOPICS.items()]
+    generate(tmp_path / "in", messages=300, topics=topics, hours=1, seed=7)
+    first = sorted((tmp_path / "in" / "landing").rglob("*.jsonl"))[0]
+    lines = first.read_bytes().split(b"\n")[:-1]
+    huge = b'{"topic": "OrderEvents", "bornTimestamp": 5, "body": "' + b"x" * (70 << 20) + b'"}'
+    path = tmp_path / "long" / "long.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(b"\n".join([*lines[:50], huge, *lines[50:]]) + b"\n")
+    settings = make_settings(tmp_path / "lake")
+    options = dataclasses.replace(parse_options(settings), queue_counts=dict(TOPICS))
+    inputs = [*resolve_inputs(str(path)), *resolve_inputs(str(first))]
+    with caplog.at_level("WARNING", logger="rmqlake.ingest.tasks"):
+        _, by_python, by_jvm = parse_both(spark, tmp_path, inputs, split_bytes=1 << 30, options=options)
+    assert [r.getMessage() for r in caplog.records if "left" in r.getMessage()] == [
+        f"the JVM parser left {path} [0, {path.stat().st_size}) to Python: the line starting at byte "
+        f"{sum(len(line) + 1 for line in lines[:50])} is longer than 64 MiB"
+    ]
+    (python, by_p), (jvm, by_j) = by_python, by_jvm
+    assert by_j.per_file == by_p.per_file and by_p.per_file[str(path)]["rejected"] == 1
+    assert by_j.jvm_accepted == len(lines)  # the other file's lines, in the JVM
+    assert messages_of(jvm, by_j.with_messages).equals(messages_of(python, by_p.with_messages))
+    assert not list((Path(jvm.lake_root) / jvm.scratch_dir / "undecided").glob(".*"))

@@ -124,13 +124,15 @@ def passable(path: str) -> bool:
 
 @dataclass(frozen=True)
 class JvmSplitCounts:
-    """What the JVM found in a split: its lines, the messages it accepted and the lines it left undecided."""
+    """What the JVM found in a split: its lines, the messages it accepted and the lines it left undecided; or,
+    ``gave_up``, why it left the whole split to the Python route (it wrote no file of it)."""
 
     split: int
     lines: int
     accepted: int
     undecided: int
     last_store_timestamp: int | None
+    gave_up: str | None = None
 
 
 def parse_in_jvm(spark, splits: list[JvmSplit], *, options: ParseOptions) -> list[JvmSplitCounts]:
@@ -141,7 +143,11 @@ def parse_in_jvm(spark, splits: list[JvmSplit], *, options: ParseOptions) -> lis
     answer = job.run(spark._jsc, options_text(options), "\n".join(split.line() for split in splits))
     counts = []
     for line in answer.split("\n"):
-        split, lines, accepted, undecided, latest = line.split("\t")
+        fields = line.split("\t")
+        if fields[1] == "gave up":
+            counts.append(JvmSplitCounts(int(fields[0]), 0, 0, 0, None, gave_up=fields[2]))
+            continue
+        split, lines, accepted, undecided, latest = fields
         counts.append(
             JvmSplitCounts(int(split), int(lines), int(accepted), int(undecided), int(latest) if latest else None)
         )

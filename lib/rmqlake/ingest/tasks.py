@@ -969,6 +969,12 @@ def parse_splits(
     work = [PythonParse(task, False, task.end - task.start) for task in tasks if task not in in_jvm]
     rows = []
     for counts in jvm_counts:
+        if counts.gave_up is not None:
+            task = by_index[counts.split]
+            reason = counts.gave_up
+            log.warning("the JVM parser left %s [%d, %d) to Python: %s", task.path, task.start, task.end, reason)
+            work.append(PythonParse(task, False, task.end - task.start))
+            continue
         rows.append(
             {"split": counts.split, "lines": counts.accepted, "rejected": 0, "ends": 0, "halves": 0, "origins": 0,
              "last_store_timestamp": counts.last_store_timestamp}

@@ -26,6 +26,10 @@ import org.apache.spark.api.java.JavaSparkContext;
  * <p>A file with no row is not written. Each is written under a hidden temporary name in its folder and moved into
  * place when complete, as the Python writers do: a retried task replaces it, a killed one leaves only hidden
  * files, which the run's clean-up removes with its scratch folder.
+ *
+ * <p>A split the JVM cannot parse (a line too long to hold, or a fault of this code on some input) is given back:
+ * its files are not written and its answer says why, and the Python route parses the whole split. A failure to
+ * read or write a file fails the task, as it would in Python.
  */
 public final class IngestParse {
     private IngestParse() {}
@@ -34,7 +38,8 @@ public final class IngestParse {
      * Parses the splits of {@code tasks} (a line each: split, file rank, path, start, end, first line, hash32,
      * scratch path, narrow path, undecided path, tab-separated; paths absolute and local) with the parse options
      * of {@code options} ({@link ParseLinesTool#readOptions}); returns a line per split: split, lines, accepted,
-     * undecided, the latest store time of the accepted messages (empty: none), tab-separated.
+     * undecided, the latest store time of the accepted messages (empty: none), tab-separated; or split, "gave up"
+     * and the reason, for a split left to the Python route.
      */
     public static String run(JavaSparkContext context, String options, String tasks) {
         List<String> lines = Arrays.asList(tasks.split("\n"));
@@ -57,9 +62,18 @@ public final class IngestParse {
         try {
             Path scratchTemporary = temporary(scratch, temporaries);
             Path undecidedTemporary = temporary(undecided, temporaries);
-            long[] counts = SplitScratch.parse(task[2], Long.parseLong(task[3]), Long.parseLong(task[4]),
-                    Long.parseLong(task[5]), (int) Long.parseLong(task[6]), options, scratchTemporary.toString(),
-                    undecidedTemporary.toString(), narrow);
+            long[] counts;
+            try {
+                counts = SplitScratch.parse(task[2], Long.parseLong(task[3]), Long.parseLong(task[4]),
+                        Long.parseLong(task[5]), (int) Long.parseLong(task[6]), options, scratchTemporary.toString(),
+                        undecidedTemporary.toString(), narrow);
+            } catch (UncheckedIOException e) {
+                throw e;
+            } catch (RuntimeException e) {
+                String reason = (e instanceof SplitScratch.LineTooLong ? "" : e.getClass().getName() + ": ")
+                        + e.getMessage();
+                return split + "\tgave up\t" + reason.replaceAll("[\\t\\r\\n]", " ");
+            }
             if (counts[1] > 0) {
                 Path narrowTemporary = temporary(narrowPath, temporaries);
                 Files.delete(narrowTemporary); // the Parquet writer creates it

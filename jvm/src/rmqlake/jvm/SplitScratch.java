@@ -48,6 +48,9 @@ import org.apache.arrow.vector.types.pojo.Schema;
 public final class SplitScratch {
     static final int BATCH_ROWS = 2048;
     private static final int READ_BYTES = 8 << 20;
+    /** A line at least this long is not read into memory: the split is given back to the Python route. No message
+     * of the broker's 4 MiB limit has such a line, even base64-encoded or escaped character by character. */
+    static final int MAX_LINE_BYTES = 64 << 20;
     private static final byte[] BOM = {(byte) 0xEF, (byte) 0xBB, (byte) 0xBF};
     private static final VarHandle WORDS = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
     private static final long ONES = 0x0101010101010101L;
@@ -92,6 +95,13 @@ public final class SplitScratch {
                 counts[0]++;
             }
             return counts;
+        }
+    }
+
+    /** A line too long to hold ({@link #MAX_LINE_BYTES}). */
+    static final class LineTooLong extends RuntimeException {
+        LineTooLong(String message) {
+            super(message);
         }
     }
 
@@ -174,6 +184,10 @@ public final class SplitScratch {
                 at = 0;
             }
             if (filled == buffer.length) {
+                if (buffer.length >= MAX_LINE_BYTES) {
+                    throw new LineTooLong("the line starting at byte " + bufferPosition + " is longer than "
+                            + (MAX_LINE_BYTES >> 20) + " MiB");
+                }
                 buffer = Arrays.copyOf(buffer, buffer.length * 2);
             }
             ByteBuffer target = ByteBuffer.wrap(buffer, filled, buffer.length - filled);
