@@ -51,6 +51,12 @@ def dataset(name: str, *, messages: int, body_size: int, hours: int = 6, seed: i
     return root / "landing"
 
 
+def warmup_input(*, body_size: int = 1024) -> Path:
+    """The sample a benchmark ingests (and reputs) before it measures, in the same session: ~120 MB, enough that
+    the JIT has compiled the JVM parser's loops (a cold process pays a few seconds more, see RESULTS.md)."""
+    return dataset("ingest-warmup-100k", messages=100_000, body_size=body_size, hours=2, seed=2)
+
+
 def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import REPO, dataset, folder_bytes, report, timed
+from common import REPO, dataset, folder_bytes, report, timed, warmup_input
 
 INPUT_SCHEMA = """topic string, queueId int, body string, bodyEncoding string, keys string, tags string,
     properties map<string,string>, uniqKey string, flag int, bornTimestamp bigint, storeTimestamp bigint,
@@ -49,9 +49,7 @@ def main() -> int:
 
     configure_logging("WARNING")
     landing = dataset(f"ingest-{args.messages}", messages=args.messages, body_size=args.body_size)
-    # big enough that the JIT has compiled the JVM parser's loops before the measured run (~120 MB); a cold
-    # process pays a few seconds more (see bench/RESULTS.md)
-    warmup = dataset("ingest-warmup-100k", messages=100_000, body_size=args.body_size, hours=2, seed=2)
+    warmup = warmup_input(body_size=args.body_size)
     input_bytes = folder_bytes(landing)
     work = Path(tempfile.mkdtemp(prefix="rmqlake-bench-"))
     try:

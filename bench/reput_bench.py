@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import REPO, dataset, report, timed
+from common import REPO, dataset, report, timed, warmup_input
 
 
 def main() -> int:
@@ -35,7 +35,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="rmqlake-bench-"))
     try:
         warm = load_settings(REPO / "conf", lake=str(work / "warm"))
-        ingest(spark, warm, input_path=str(dataset("ingest-warmup", messages=20_000, body_size=1024, hours=1, seed=2)))
+        ingest(spark, warm, input_path=str(warmup_input()))
         reput(spark, warm)
         settings = load_settings(REPO / "conf", lake=str(work / "lake"))
         landing = dataset(f"ingest-{args.messages}", messages=args.messages, body_size=1024)
