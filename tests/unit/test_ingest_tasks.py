@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pyarrow as pa
@@ -255,3 +256,21 @@ def test_split_groups_parse_every_split_once_in_groups_of_about_equal_bytes(grou
     assert max(loads) - min(loads) <= max(sizes)  # the greedy fill: no group exceeds another by more than a split
     assert grouped == tasks_module.split_groups(list(reversed(tasks)), groups=groups)
     assert tasks_module.split_groups([], groups=groups) == []
+
+
+def test_options_the_jvm_parser_cannot_take_leave_the_parse_to_python_or_stop_a_jvm_only_run(tmp_path, caplog):
+    """A cluster name with a tab cannot be passed to the JVM job: "auto" parses in Python (a warning), "jvm" stops;
+    neither looks at Spark for it."""
+    from rmqlake.errors import ConfigError
+    from rmqlake.steps.ingest import parse_options, use_jvm_parser
+    from tests.conftest import make_settings
+
+    for parser, outcome in (("auto", False), ("python", False), ("jvm", ConfigError)):
+        settings = make_settings(tmp_path / "lake", f"ingest.parser={parser}")
+        options = dataclasses.replace(parse_options(settings), cluster_name="a\tb")
+        if outcome is ConfigError:
+            with pytest.raises(ConfigError, match=r"ingest.parser is jvm, but a tab or line break in .* cannot be"):
+                use_jvm_parser(None, settings, options)
+        else:
+            assert use_jvm_parser(None, settings, options) is outcome
+    assert any("lines are parsed in Python" in r.getMessage() for r in caplog.records)

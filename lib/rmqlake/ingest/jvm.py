@@ -5,7 +5,7 @@ The JVM parser accepts the lines of the common shape and leaves every other line
 ``rmqlake.jvm.IngestParse`` is the ingest's parse stage in the JVM: a Spark job (started here, from the driver)
 whose task per split runs ``rmqlake.jvm.SplitScratch`` over it and writes the split's scratch and narrow files of
 the messages the JVM parser accepts, and the lines it leaves, which ``ingest.tasks.parse_remainder`` then parses
-in Python. ``tests/unit/test_ingest_jvm.py`` holds the two routes to the same files.
+in Python. ``tests/spark/test_ingest_jvm.py`` holds the two routes to the same files.
 
 What the JVM parser cannot work out the same way by itself comes from here, computed by the reference's own code:
 the month starts a generated UNIQ_KEY counts from, in the broker's zone (Python's zone database, not the JVM's,

@@ -17,7 +17,7 @@ from rmqlake.errors import ConfigError, RefusedError, UsageError
 from rmqlake.formats.transaction import DEFAULT_TRANSACTION_TIMEOUT_MS, HALF_QUEUE_ID, HALF_TOPIC
 from rmqlake.ingest.deliveries import pending_as_rows, schedule_after
 from rmqlake.ingest.files import Fingerprint, InputFile, resolve_inputs
-from rmqlake.ingest.jvm import jvm_parser_loaded
+from rmqlake.ingest.jvm import jvm_parser_loaded, options_text
 from rmqlake.ingest.lines import ParseOptions
 from rmqlake.ingest.plan import merge_segment_aggregates
 from rmqlake.ingest.scratch import IngestTarget
@@ -82,13 +82,22 @@ def check_ingest(settings: Settings, *, input_path: str) -> list[InputFile]:
     return files
 
 
-def _use_jvm_parser(spark, settings: Settings) -> bool:
-    """Whether the JVM parse job runs (``ingest.parser``): "auto" uses it where its class is loaded.
+def use_jvm_parser(spark, settings: Settings, options: ParseOptions) -> bool:
+    """Whether the JVM parse job runs (``ingest.parser``): "auto" uses it where its class is loaded and the
+    options can be passed to it.
 
     Raises:
-        ConfigError: ``ingest.parser`` is "jvm" but the session lacks the class (spark-submit without the jar).
+        ConfigError: ``ingest.parser`` is "jvm" but the session lacks the class (spark-submit without the jar),
+            or an option cannot be passed to the JVM.
     """
     if settings.ingest.parser == "python":
+        return False
+    try:
+        options_text(options)
+    except ValueError as exc:
+        if settings.ingest.parser == "jvm":
+            raise ConfigError(f"ingest.parser is jvm, but {exc}") from exc
+        log.warning("%s: lines are parsed in Python", exc)
         return False
     if jvm_parser_loaded(spark):
         return True
@@ -225,7 +234,8 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
     # 1. read and parse: messages and their narrow rows to scratch files, rejected lines to staging
     with stages("read and parse") as note:
         tasks = split_tasks(spark, new, split_bytes=settings.ingest.split_bytes)
-        parsed = parse_splits(spark, tasks, options=options, target=target, jvm=_use_jvm_parser(spark, settings))
+        in_jvm = use_jvm_parser(spark, settings, options)
+        parsed = parse_splits(spark, tasks, options=options, target=target, jvm=in_jvm)
         per_file, ordered_splits, last_stored = parsed.per_file, parsed.with_messages, parsed.last_stored
         rows_in = sum(r["lines"] for r in per_file.values())
         rejected_count = sum(r["rejected"] for r in per_file.values())
