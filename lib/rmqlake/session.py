@@ -147,6 +147,9 @@ def get_spark(
             ``spark.jars``. Under ``spark-submit`` the jars are the user's (``--jars``): a JVM that is
             already running cannot take new ones.
 
+    Outside ``spark-submit``, rmqlake's own jar (``settings.jvm_jar``: ingest's JVM parser) also goes on
+    ``spark.jars`` when it is there.
+
     Raises:
         ConfigError: the settings would make Spark download jars, or the Delta jars are missing.
     """

@@ -83,8 +83,8 @@ JOB_CLASS = "rmqlake.jvm.IngestParse"
 
 def jvm_parser_loaded(spark) -> bool:
     """Whether the session's JVM has the parse job's class (``spark.jars`` are in the context class loader)."""
-    jvm = spark._jvm
     try:
+        jvm = spark._jvm  # a session without a local JVM (Spark Connect) has none
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
         jvm.java.lang.Class.forName(JOB_CLASS, False, loader)
     except Exception:  # py4j wraps the ClassNotFoundException
