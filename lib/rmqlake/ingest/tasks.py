@@ -966,7 +966,8 @@ def parse_splits(
         options=options,
     )
     by_index = {task.index: task for task in tasks}
-    work = [PythonParse(task, False, task.end - task.start) for task in tasks if task not in in_jvm]
+    jvm_indexes = {task.index for task in in_jvm}  # a list lookup per task would be quadratic in the files
+    work = [PythonParse(task, False, task.end - task.start) for task in tasks if task.index not in jvm_indexes]
     rows = []
     for counts in jvm_counts:
         if counts.gave_up is not None:
