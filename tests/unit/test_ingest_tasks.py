@@ -274,3 +274,21 @@ def test_options_the_jvm_parser_cannot_take_leave_the_parse_to_python_or_stop_a_
         else:
             assert use_jvm_parser(None, settings, options) is outcome
     assert any("lines are parsed in Python" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("input_mib", "shuffle", "cores", "expected"),
+    [
+        (100, 4, 2, 4),  # under a partition per 128 MiB: spark.shuffle_partitions
+        (1150, 4, 2, 10),  # 9 partitions of 128 MiB, rounded up to whole waves of 2 cores
+        (1024, 4, 2, 8),  # already whole waves
+        (1150, 4, 8, 16),
+        (1150, 4, 1, 9),  # one core: every count is whole waves
+        (300, 4, 16, 4),  # fewer partitions than cores: one wave, not padded
+        (1150, 12, 8, 16),
+    ],
+)
+def test_the_default_sort_partitions_fill_whole_waves_of_the_cores(input_mib, shuffle, cores, expected):
+    from rmqlake.steps.ingest import default_sort_partitions
+
+    assert default_sort_partitions(input_bytes=input_mib << 20, shuffle_partitions=shuffle, cores=cores) == expected
