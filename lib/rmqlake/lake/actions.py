@@ -54,31 +54,46 @@ def parquet_stats(metadata: pq.FileMetaData) -> tuple[int, str]:
 
     min/max/nullCount are given for top-level primitive columns whose every
     row group has statistics; binary columns get no min/max.
+
+    Row groups are compared on their raw (physical) values where those order as the logical ones do (signed
+    integers, timestamps, UTF-8 strings), and only the smallest and largest are converted: converting every row
+    group's values to Python datetimes and text was half the cost (0.35-0.5 s of the driver's time in a
+    1 M-message ingest). Other types are converted value by value, then compared.
     """
     num_records = metadata.num_rows
     minimum, maximum, nulls = {}, {}, {}
     schema = metadata.schema
+    groups = [metadata.row_group(group) for group in range(metadata.num_row_groups)]
     for index in range(metadata.num_columns):
         column_path = schema.column(index).path
         if "." in column_path:
             continue
-        lows, highs, null_total, complete = [], [], 0, True
-        for group in range(metadata.num_row_groups):
-            stats = metadata.row_group(group).column(index).statistics
-            if stats is None:
-                complete = False
-                break
-            null_total += stats.null_count or 0
-            if stats.has_min_max:
-                lows.append(_json_value(stats.min))
-                highs.append(_json_value(stats.max))
-        if not complete:
+        chunks = [group.column(index).statistics for group in groups]
+        if any(stats is None for stats in chunks):
             continue
-        nulls[column_path] = null_total
-        lows = [v for v in lows if v is not None]
-        highs = [v for v in highs if v is not None]
-        if lows and highs and len(lows) == metadata.num_row_groups:
+        nulls[column_path] = sum(stats.null_count or 0 for stats in chunks)
+        bounded = [stats for stats in chunks if stats.has_min_max]
+        if not bounded or len(bounded) != len(chunks):
+            continue
+        if _raw_order_is_logical(bounded[0]):
+            low = _json_value(min(bounded, key=lambda stats: stats.min_raw).min)
+            high = _json_value(max(bounded, key=lambda stats: stats.max_raw).max)
+            if low is not None and high is not None:
+                minimum[column_path], maximum[column_path] = low, high
+            continue
+        lows = [v for v in (_json_value(stats.min) for stats in bounded) if v is not None]
+        highs = [v for v in (_json_value(stats.max) for stats in bounded) if v is not None]
+        if len(lows) == len(chunks) and len(highs) == len(chunks):
             minimum[column_path] = min(lows)
             maximum[column_path] = max(highs)
     stats = {"numRecords": num_records, "minValues": minimum, "maxValues": maximum, "nullCount": nulls}
     return num_records, json.dumps(stats, separators=(",", ":"))
+
+
+def _raw_order_is_logical(stats) -> bool:
+    """Whether a column's raw statistics order as its converted values do: plain or signed integers and timestamps
+    (INT32/INT64 compare as signed numbers), and UTF-8 strings (byte order is code point order)."""
+    logical = str(stats.logical_type)
+    if stats.physical_type in ("INT32", "INT64"):
+        return logical == "None" or logical.startswith("Timestamp(") or logical.endswith("isSigned=true)")
+    return stats.physical_type == "BYTE_ARRAY" and logical == "String"
