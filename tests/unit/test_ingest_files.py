@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
+import random
 import re
 
 import pytest
@@ -44,6 +46,15 @@ def test_gzip_files_are_read_whole_and_hashed_compressed(tmp_path):
     print_ = fingerprint(found[0])
     splits = plan_splits([print_], split_bytes=4)
     assert len(splits) == 1 and list(iter_split_lines(splits[0])) == [b'{"a": 1}', b'{"a": 2}']
+
+
+@pytest.mark.parametrize("size", [0, 1, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, 5 * (1 << 19) + 7])
+def test_a_fingerprint_is_the_sha256_of_every_byte_of_the_file(tmp_path, size):
+    data = random.Random(size).randbytes(size)
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(data)
+    print_ = fingerprint(InputFile(str(path), size))
+    assert (print_.path, print_.size, print_.sha256) == (str(path), size, hashlib.sha256(data).hexdigest())
 
 
 LINES = [json.dumps({"n": i, "pad": "x" * (i % 50)}).encode() for i in range(2000)]
