@@ -89,3 +89,20 @@ def test_stats_of_a_file_without_rows_or_statistics(tmp_path):
         "maxValues": {},
         "nullCount": {},
     }
+
+
+def test_timestamps_before_the_year_1000_are_four_digit_years_and_compared_as_instants(tmp_path):
+    """A producer's bornTimestamp may be any instant from the year 1 on; its statistics stay ISO 8601, and the
+    earliest row group gives the minimum (as text, "999-..." once sorted after "2026-...")."""
+    instants = [
+        datetime(2026, 1, 2, tzinfo=UTC),
+        datetime(999, 3, 4, 5, 6, 7, 8, tzinfo=UTC),
+        datetime(5, 1, 1, tzinfo=UTC),
+    ]
+    metadata = _footer(
+        tmp_path, pa.table({"born_time": pa.array(instants, pa.timestamp("us", "UTC"))}), row_group_size=1
+    )
+    stats = json.loads(parquet_stats(metadata)[1])
+    assert stats["minValues"]["born_time"] == "0005-01-01T00:00:00.000000Z"
+    assert stats["maxValues"]["born_time"] == "2026-01-02T00:00:00.000000Z"
+    assert _json_value(instants[1]) == "0999-03-04T05:06:07.000008Z"

@@ -43,7 +43,9 @@ def _json_value(value):
     if isinstance(value, bytes):
         return None
     if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        value = value.astimezone(UTC)
+        # the year zero-padded to four digits, as ISO 8601 has it: strftime's %Y gives "999" for the year 999
+        return f"{value.year:04d}-{value:%m-%dT%H:%M:%S.%f}Z"
     if isinstance(value, (int, float, str, bool)):
         return value
     return None
