@@ -7,7 +7,6 @@ STAMP := $(VENV)/.installed
 JAVA17 := $(firstword $(wildcard /usr/lib/jvm/java-17-openjdk*))
 export JAVA_HOME ?= $(JAVA17)
 export SPARK_LOCAL_IP ?= 127.0.0.1
-export SPARK_CONF_DIR ?= $(CURDIR)/conf
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 DEMO_DIR ?= demo-data
@@ -22,6 +21,9 @@ HARNESS_SOURCES := $(wildcard tests/interop/java/*.java)
 # rmqlake's own JVM code (ingest's parser of the common line shape), compiled into one jar
 JVM_SOURCES := $(wildcard jvm/src/rmqlake/jvm/*.java)
 JVM_JAR := $(JARS)/rmqlake-jvm.jar
+# The class-data archive a job's driver JVM starts from (spark.class_archive): made by one run of the jobs on
+# generated data; remade when the virtualenv (Spark's jars) or the jars change. It needs SPARK_CONF_DIR unset.
+CLASS_ARCHIVE := $(JARS)/spark-classes.jsa
 MVN := mvn -q -B -Dstyle.color=never
 MVN_FAILED := echo "make jars: Maven could not fetch the pinned jars (is Maven Central reachable?). They are needed once; later runs reuse $(JARS)/." >&2; exit 1
 
@@ -61,25 +63,29 @@ $(JVM_JAR): $(JVM_SOURCES) $(STAMP)
 	  -cp "$$($(BIN)/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" $(JVM_SOURCES)
 	$(JAVA_HOME)/bin/jar --create --file $@ -C $(JARS)/jvm-classes .
 
-jars: $(HARNESS_STAMP) $(JVM_JAR) ## fetch the pinned Delta and RocketMQ jars (Maven) into .jars/, compile the interop harness and rmqlake's JVM code
+$(CLASS_ARCHIVE): $(STAMP) $(JVM_JAR)
+	env -u SPARK_CONF_DIR $(BIN)/python -m rmqlake.class_archive $@ 2>$(JARS)/class-archive.log || \
+	  { tail -20 $(JARS)/class-archive.log >&2; exit 1; }
 
-demo: $(STAMP) $(JVM_JAR) ## generate ~50k messages, run the jobs into ./lake, print where to look
+jars: $(HARNESS_STAMP) $(JVM_JAR) $(CLASS_ARCHIVE) ## fetch the pinned Delta and RocketMQ jars (Maven) into .jars/, compile the interop harness and rmqlake's JVM code, make the JVM's class-data archive
+
+demo: $(STAMP) $(JVM_JAR) $(CLASS_ARCHIVE) ## generate ~50k messages, run the jobs into ./lake, print where to look
 	$(BIN)/python -m rmqlake.demo --env local --data $(DEMO_DIR) --messages $(DEMO_MESSAGES)
 
-test: $(STAMP) $(HARNESS_STAMP) $(JVM_JAR) ## run the test suite (unit, Spark, end to end, Airflow); the cluster test is separate
+test: $(STAMP) $(HARNESS_STAMP) $(JVM_JAR) $(CLASS_ARCHIVE) ## run the test suite (unit, Spark, end to end, Airflow); the cluster test is separate
 	$(BIN)/python -m pytest -q -m "not cluster" --durations=15
 
 interop: $(STAMP) $(HARNESS_STAMP) ## only the tests where a real RocketMQ (store, broker, consumer) judges the lake
 	$(BIN)/python -m pytest -q -m interop tests/interop
 
-cluster-test: $(STAMP) $(HARNESS_STAMP) $(JVM_JAR) ## every job on a local Spark standalone cluster (master + 2 workers) vs the local run
+cluster-test: $(STAMP) $(HARNESS_STAMP) $(JVM_JAR) $(CLASS_ARCHIVE) ## every job on a local Spark standalone cluster (master + 2 workers) vs the local run
 	$(BIN)/python -m pytest -q -m cluster tests/cluster
 
 lint: $(STAMP) ## ruff check and format check
 	$(BIN)/ruff check lib tests jobs bench airflow_dags
 	$(BIN)/ruff format --check lib tests jobs bench airflow_dags
 
-bench: $(STAMP) $(JARS_STAMP) $(JVM_JAR) ## benchmarks: figures and ratios against baselines measured in the same run
+bench: $(STAMP) $(JARS_STAMP) $(JVM_JAR) $(CLASS_ARCHIVE) ## benchmarks: figures and ratios against baselines measured in the same run
 	$(BIN)/python bench/ingest_bench.py
 	$(BIN)/python bench/reput_bench.py
 	$(BIN)/python bench/lookup_bench.py
@@ -92,7 +98,7 @@ bench: $(STAMP) $(JARS_STAMP) $(JVM_JAR) ## benchmarks: figures and ratios again
 # Not in `make bench`: hours of generation and jobs, and up to ~30 GB of disk at 20 M messages (each hour's input,
 # the lake and the exported store are deleted as soon as they are measured).
 SCALE ?= 1000000,5000000,20000000
-bench-scale: $(STAMP) $(JARS_STAMP) $(JVM_JAR) ## scale run: hourly batches through every step at SCALE messages (default 1M,5M,20M)
+bench-scale: $(STAMP) $(JARS_STAMP) $(JVM_JAR) $(CLASS_ARCHIVE) ## scale run: hourly batches through every step at SCALE messages (default 1M,5M,20M)
 	$(BIN)/python bench/scale_bench.py --messages $(SCALE)
 
 DIST ?= dist

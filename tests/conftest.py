@@ -6,15 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from rmqlake.config import load_settings
+from rmqlake.config import SparkSettings, load_settings
+from rmqlake.session import driver_java_options
 from tests.java_oracle import JavaOracle
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 # For the jobs the tests start as processes (rmqlake, spark-submit), read by Spark's launcher: such a JVM lives
 # a minute at most, on small data, so it spends its time starting up and compiling, and the client-only JIT
-# compiles far less; nobody looks at its web UI. Spark, Delta and the jobs run as they do for users.
-JOB_PROCESS_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -Dspark.ui.enabled=false"
+# compiles far less; nobody looks at its web UI. Spark, Delta and the jobs run as they do for users, and with
+# what rmqlake gives a driver JVM it starts itself (the class-data archive of `make jars`, quiet logging): the
+# processes run with SPARK_CONF_DIR unset, as `make test` runs them.
+JOB_PROCESS_JVM_OPTIONS = (
+    f"-XX:TieredStopAtLevel=1 -Dspark.ui.enabled=false {driver_java_options(SparkSettings(), conf_dir=CONF)}"
+)
 
 
 @pytest.fixture(scope="session")

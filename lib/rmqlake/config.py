@@ -195,6 +195,8 @@ class SparkSettings(_Section):
     conf: dict[str, SparkConfValue] = Field(default_factory=dict)  # passed to the session as they are
     delta_jars: str = ".jars/delta"  # lake.engine delta-spark outside spark-submit: the folder `make jars` fills
     jvm_jar: str = ".jars/rmqlake-jvm.jar"  # rmqlake's JVM code (`make jars`), given to Spark with spark.jars
+    # The driver JVM's class-data archive (`make jars`): used when the file is there; "" never.
+    class_archive: str = ".jars/spark-classes.jsa"
     # Seconds between progress lines while a job's Spark stages run (0: none); a day at most, so a typo shows.
     progress_seconds: float = Field(10.0, ge=0, le=86400, allow_inf_nan=False)
 

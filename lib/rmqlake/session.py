@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def _find_java17() -> str | None:
     return None
 
 
-def prepare_environment(conf_dir: str | Path | None = None) -> None:
+def prepare_environment() -> None:
     """Environment variables a local PySpark launch needs (only those not already set)."""
     if "JAVA_HOME" not in os.environ:
         java = _find_java17()
@@ -63,10 +64,6 @@ def prepare_environment(conf_dir: str | Path | None = None) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    if conf_dir is not None and "SPARK_CONF_DIR" not in os.environ:
-        log4j = Path(conf_dir) / "log4j2.properties"
-        if log4j.exists():
-            os.environ["SPARK_CONF_DIR"] = str(Path(conf_dir).resolve())
     submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
     if any(flag in submit_args.split() for flag in _DOWNLOAD_FLAGS):
         raise ConfigError(
@@ -95,12 +92,49 @@ def delta_jar_paths(folder: str | Path) -> list[str]:
     )
 
 
-def jvm_jar_path(jar: str | Path) -> str | None:
-    """rmqlake's JVM jar (``spark.jvm_jar``; relative: to the working directory, else to this checkout), or
-    ``None`` when it is not there (``make jars`` builds it)."""
-    jar = Path(jar)
-    candidates = [jar] if jar.is_absolute() else [Path.cwd() / jar, CHECKOUT / jar]
+def _built_file(path: str | Path) -> str | None:
+    """A file ``make jars`` builds (relative: to the working directory, else to this checkout), or ``None``
+    when it is not there."""
+    path = Path(path)
+    candidates = [path] if path.is_absolute() else [Path.cwd() / path, CHECKOUT / path]
     return next((str(c.resolve()) for c in candidates if c.is_file()), None)
+
+
+def jvm_jar_path(jar: str | Path) -> str | None:
+    """rmqlake's JVM jar (``spark.jvm_jar``), or ``None`` when it is not there (``make jars`` builds it)."""
+    return _built_file(jar)
+
+
+def driver_java_options(settings: SparkSettings, conf_dir: str | Path | None = None) -> str:
+    """``spark.driver.extraJavaOptions`` for a driver JVM rmqlake starts itself (not under ``spark-submit``):
+    rmqlake's, then the user's (``spark.conf``), which win where they set the same flag.
+
+    - The JVM's own warnings go to stderr: stdout carries ``--json`` output.
+    - ``conf_dir/log4j2.properties`` quiets Spark's logging, unless ``SPARK_CONF_DIR`` names the user's.
+    - ``spark.class_archive``, when the file is there: the JVM maps the classes a job loads, already parsed
+      and verified, from that archive instead of reading them from the jars (a job process starts several
+      seconds sooner). The archive holds the class path it was made with, which Spark's launcher starts with
+      ``SPARK_CONF_DIR``, and JDK 17 makes none with a non-empty folder there: ``make jars`` makes it with
+      ``SPARK_CONF_DIR`` unset, and with one set the archive is left out and a warning says so.
+    """
+    options = ["-Xlog:disable", "-Xlog:all=warning:stderr"]
+    spark_conf_dir = os.environ.get("SPARK_CONF_DIR")
+    log4j = Path(conf_dir) / "log4j2.properties" if conf_dir is not None else None
+    if not spark_conf_dir and log4j is not None and log4j.is_file():
+        options.append(shlex.quote(f"-Dlog4j2.configurationFile={log4j.resolve()}"))
+    archive = _built_file(settings.class_archive) if settings.class_archive else None
+    if archive is not None:
+        if spark_conf_dir:
+            log.warning(
+                "spark.class_archive %s is not used: it was made with SPARK_CONF_DIR unset, and the JVM's class "
+                "path starts with SPARK_CONF_DIR (%s); unset it for a start several seconds faster",
+                archive,
+                spark_conf_dir,
+            )
+        else:
+            options += [shlex.quote(f"-XX:SharedArchiveFile={archive}"), "-Xshare:auto"]
+    own = settings.conf.get("spark.driver.extraJavaOptions", "")
+    return " ".join([*options, *([own] if own else [])])
 
 
 def require_jvm_jar(settings: SparkSettings) -> None:
@@ -140,7 +174,7 @@ def get_spark(
 
     Args:
         settings: the ``spark`` conf section (defaults when ``None``).
-        conf_dir: folder whose ``log4j2.properties`` quiets Spark's logging.
+        conf_dir: folder whose ``log4j2.properties`` quiets Spark's logging (see `driver_java_options`).
         app_name: overrides ``spark.app_name``.
         delta_extension: load the Delta Lake extension (``lake.engine: delta-spark``): its SQL extension
             and catalog, and, outside ``spark-submit``, its jars from ``settings.delta_jars`` through
@@ -154,7 +188,7 @@ def get_spark(
         ConfigError: the settings would make Spark download jars, or the Delta jars are missing.
     """
     settings = settings or SparkSettings()
-    prepare_environment(conf_dir)
+    prepare_environment()
     from pyspark.sql import SparkSession
 
     extra: dict[str, str] = {}
@@ -173,6 +207,7 @@ def get_spark(
             jars.append(own_jar)
         if jars:
             extra["spark.jars"] = ",".join(jars)
+        extra["spark.driver.extraJavaOptions"] = driver_java_options(settings, conf_dir)
 
     builder = SparkSession.builder.appName(app_name or settings.app_name)
     if not under_spark_submit():

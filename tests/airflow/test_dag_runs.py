@@ -81,7 +81,7 @@ def airflow(tmp_path_factory):
         patch.setenv("RMQLAKE_HOME", str(rmqlake_home(tmp_path_factory.mktemp("home"))))
         patch.setenv("RMQLAKE_LAKE", str(lake))
         patch.setenv("RMQLAKE_ENV", "test")
-        patch.setenv("SPARK_CONF_DIR", str(CONF))
+        patch.delenv("SPARK_CONF_DIR", raising=False)  # as `make test` runs: see JOB_PROCESS_JVM_OPTIONS
         patch.setenv("SPARK_SUBMIT_OPTS", JOB_PROCESS_JVM_OPTIONS)  # the spark-submit JVMs of the tasks
         patch.setenv("PYSPARK_PYTHON", sys.executable)
         patch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")  # spark-submit of this virtualenv

@@ -25,8 +25,9 @@ TOPICS = [TopicPlan("OrderEvents", 8, False), TopicPlan("UserProfile", 4, True),
 
 def environment(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_CONF_DIR=str(CONF))
-    env["SPARK_SUBMIT_OPTS"] = JOB_PROCESS_JVM_OPTIONS
+    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env["SPARK_SUBMIT_OPTS"] = JOB_PROCESS_JVM_OPTIONS  # Spark's logging quieted by CONF/log4j2.properties
+    env.pop("SPARK_CONF_DIR", None)  # a non-empty one would keep the JVMs from their class-data archive
     env.pop("RMQLAKE_CRASH_AT", None)
     env.update(extra)
     return env
