@@ -19,7 +19,9 @@ submitted is read from the worker's environment when the task runs:
   ``spark-submit-operator`` runner ships the zip with ``--py-files`` and
   fails when it is missing (``make package`` builds it); both runners ship
   ``.jars/rmqlake-jvm.jar`` of that checkout with ``--jars`` when it is
-  there (``make jars`` builds it): ingest's JVM line parser;
+  there (``make jars`` builds it): ingest's JVM line parser; the ``local``
+  runner starts the driver JVM with the options rmqlake gives one it starts
+  itself (``spark.class_archive``: ``.jars/spark-classes.jsa`` of that checkout);
 * ``RMQLAKE_CONF``, ``RMQLAKE_ENV``, ``RMQLAKE_LAKE``: passed to every job.
 
 Each DAG carries its spec's documentation (``doc_md``), params (``Param``
@@ -48,6 +50,7 @@ DEFAULT_RUNNER = "spark-submit-operator"
 DEFAULT_SPARK_CONN = "spark_rmqlake"
 PACKAGE = Path("dist") / "rmqlake.zip"  # under RMQLAKE_HOME; `make package` builds it
 JVM_JAR = Path(".jars") / "rmqlake-jvm.jar"  # under RMQLAKE_HOME; `make jars` builds it: ingest's JVM parser
+CLASS_ARCHIVE = Path(".jars") / "spark-classes.jsa"  # under RMQLAKE_HOME; `make jars` makes it (local runner)
 JOB_ENVIRONMENT = ("RMQLAKE_CONF", "RMQLAKE_ENV", "RMQLAKE_LAKE", "JAVA_HOME", "SPARK_CONF_DIR", "PYSPARK_PYTHON")
 
 
@@ -91,18 +94,27 @@ class RmqlakeJobOperator(SparkSubmitOperator):
         self._hook = None  # built from the connection chosen above
         super().execute(context)
 
-    def local_command(self) -> list[str]:
-        """``spark-submit --master local[2]`` of this virtualenv, the job and its rendered arguments."""
+    def local_command(self, home: Path) -> list[str]:
+        """``spark-submit --master local[2]`` of this virtualenv, the job and its rendered arguments.
+
+        This Spark is the one ``make jars`` made the checkout's class-data archive with, on this machine: the
+        driver JVM gets the options rmqlake gives one it starts itself (the archive when it is there)."""
+        from rmqlake.config import SparkSettings
+        from rmqlake.session import driver_java_options
+
         spark_submit = str(Path(sys.executable).parent / "spark-submit")
         jars = ["--jars", self.jars] if self.jars else []
-        return [spark_submit, "--master", "local[2]", *jars, self.application, *self.application_args]
+        conf = os.environ.get("RMQLAKE_CONF") or home / "conf"
+        java = driver_java_options(SparkSettings(class_archive=str(home / CLASS_ARCHIVE)), conf_dir=conf)
+        return [spark_submit, "--master", "local[2]", "--driver-java-options", java, *jars, self.application,
+                *self.application_args]  # fmt: skip
 
     def run_locally(self, home: Path) -> None:
         from airflow.providers.standard.hooks.subprocess import SubprocessHook
 
         self._subprocess = SubprocessHook()
         result = self._subprocess.run_command(
-            command=self.local_command(), env={**os.environ, **self.env_vars}, cwd=str(home)
+            command=self.local_command(home), env={**os.environ, **self.env_vars}, cwd=str(home)
         )
         if result.exit_code != 0:
             raise RuntimeError(f"spark-submit of {self.application} exited with {result.exit_code}")

@@ -141,17 +141,28 @@ def test_the_runner_and_checkout_are_the_workers_read_when_the_task_runs(bag, mo
     monkeypatch.setenv("RMQLAKE_RUNNER", "local")
     monkeypatch.setenv("RMQLAKE_HOME", str(tmp_path))
     monkeypatch.setenv("RMQLAKE_LAKE", "/data/lake")
+    monkeypatch.delenv("RMQLAKE_CONF", raising=False)
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "log4j2.properties").write_text("rootLogger.level = warn\n")
     task.execute({})
     spark_submit = str(Path(sys.executable).parent / "spark-submit")
     job = str(tmp_path / "jobs" / "ingest.py")
-    assert launched["command"] == [spark_submit, "--master", "local[2]", job, *task.application_args]
+    java = [
+        "--driver-java-options",
+        f"-Xlog:disable -Xlog:all=warning:stderr -Dlog4j2.configurationFile={tmp_path}/conf/log4j2.properties",
+    ]
+    assert launched["command"] == [spark_submit, "--master", "local[2]", *java, job, *task.application_args]
     assert launched["cwd"] == str(tmp_path) and launched["env"]["RMQLAKE_LAKE"] == "/data/lake"
     jar = tmp_path / ".jars" / "rmqlake-jvm.jar"  # where `make jars` builds it: shipped with --jars
     jar.parent.mkdir()
     jar.write_bytes(b"PK\x05\x06" + bytes(18))
+    archive = tmp_path / ".jars" / "spark-classes.jsa"  # where `make jars` makes it: the driver JVM maps it
+    archive.write_bytes(b"archive")
     task.execute({})
     task.execute({})  # a retry ships it once
-    assert launched["command"] == [spark_submit, "--master", "local[2]", "--jars", str(jar), job,
+    java[1] += f" -XX:SharedArchiveFile={archive} -Xshare:auto"
+    assert launched["command"] == [spark_submit, "--master", "local[2]", *java, "--jars", str(jar), job,
                                    *task.application_args]  # fmt: skip
     monkeypatch.setenv("RMQLAKE_RUNNER", "yarn")
     with pytest.raises(ValueError, match="RMQLAKE_RUNNER='yarn'; allowed: spark-submit-operator, local"):
