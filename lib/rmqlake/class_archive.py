@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             lake=str(Path(folder) / "lake"),
             overrides=[
                 "spark.class_archive=",  # not the archive being replaced
+                "lake.engine=delta-rs",  # whatever conf/ says: this session has no Delta extension
                 f"spark.conf.spark.driver.extraJavaOptions=-XX:ArchiveClassesAtExit={partial}",
                 "spark.progress_seconds=0",
             ],
