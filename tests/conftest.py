@@ -17,9 +17,8 @@ CONF = REPO / "conf"
 # compiles far less; nobody looks at its web UI. Spark, Delta and the jobs run as they do for users, and with
 # what rmqlake gives a driver JVM it starts itself (the class-data archive of `make jars`, quiet logging): the
 # processes run with SPARK_CONF_DIR unset, as `make test` runs them.
-JOB_PROCESS_JVM_OPTIONS = (
-    f"-XX:TieredStopAtLevel=1 -Dspark.ui.enabled=false {driver_java_options(SparkSettings(), conf_dir=CONF)}"
-)
+JOB_PROCESS_JIT_AND_UI = "-XX:TieredStopAtLevel=1 -Dspark.ui.enabled=false"
+JOB_PROCESS_JVM_OPTIONS = f"{JOB_PROCESS_JIT_AND_UI} {driver_java_options(SparkSettings(), conf_dir=CONF)}"
 
 
 @pytest.fixture(scope="session")

@@ -13,20 +13,19 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from tests.conftest import JOB_PROCESS_JIT_AND_UI
 from tests.e2e.processes import environment, ingest_args, rmqlake
 from tests.java_oracle import _java_bin
 
 pytestmark = pytest.mark.slow
 
-# what the test processes get besides (see JOB_PROCESS_JVM_OPTIONS), without the archive: only rmqlake's own
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -Dspark.ui.enabled=false"
-
 
 def ingest_an_hour(tmp_path, landing, *overrides: str):
     hour = next(iter(sorted(landing.glob("dt=*/hour=*"))))
     settings = [a for o in overrides for a in ("--set", o)]
+    # the test processes' JVM options without the archive: the one under test is the job's own
     return rmqlake(*ingest_args(tmp_path / "lake", hour), *settings, "--json",
-                   env=environment(SPARK_SUBMIT_OPTS=JVM_OPTIONS))  # fmt: skip
+                   env=environment(SPARK_SUBMIT_OPTS=JOB_PROCESS_JIT_AND_UI))  # fmt: skip
 
 
 def test_a_job_process_starts_from_the_archive_make_jars_made(tmp_path, landing):
