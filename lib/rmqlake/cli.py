@@ -1027,8 +1027,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+    except BrokenPipeError:
+        # whoever read stdout stopped reading (`rmqlake status --json | head -1`): the command itself is done;
+        # exit as a process that SIGPIPE ends, without a traceback or a second failure at the final flush
+        _discard_stdout()
+        return 141
     log.debug("%s finished in %.1fs", args.command, time.monotonic() - started)
     return code
+
+
+def _discard_stdout() -> None:
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture): nothing is buffered for a pipe
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
 
 
 def console_main() -> None:

@@ -1,6 +1,10 @@
 """``rmqlake describe``: the tables and their columns, from the one schema of each table, without a lake."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from rmqlake import cli
 from rmqlake.lake.tables import TABLES
@@ -48,3 +52,22 @@ def test_the_text_form_wraps_meanings_instead_of_shortening_them(capsys):
     assert cli.main(["describe", "consumequeue"]) == 0
     out = capsys.readouterr().out
     assert "..." not in out and "20 digits" in out
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(tmp_path):
+    """``rmqlake describe | head -1``: stdout is a pipe nobody reads any more. The process exits 141, as one
+    that SIGPIPE ends, without a traceback (Python ignores SIGPIPE, so the write raises)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first write
+    try:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "rmqlake"), "describe", "commitlog"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == ""
