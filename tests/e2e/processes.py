@@ -45,7 +45,8 @@ def rmqlake(*args: str, env: dict | None = None, check: bool = True) -> subproce
 def in_process(*args: str) -> str:
     """``rmqlake ARGS`` in this process, on the test session's Spark; must succeed; its stdout.
 
-    For the uninterrupted runs the process-level runs are compared with: one JVM start less each."""
+    For the uninterrupted runs the process-level runs are compared with, and the run after killed ones (what
+    it does depends on the lake they left, not on being a new process): one JVM start less each."""
     out = io.StringIO()
     with redirect_stdout(out):
         code = main([*args, "--conf", str(CONF)])

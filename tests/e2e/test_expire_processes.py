@@ -50,7 +50,7 @@ def test_killed_expiries_then_a_rerun_with_the_same_now_equal_one_run(tmp_path, 
         assert offsets == sorted(map(str, Lake(str(reput_lake)).read_arrow(name).to_pylist())), name
     assert reader.state().expire is None
 
-    again = json.loads(rmqlake(*expire_args(lake), "--json").stdout)
+    again = json.loads(in_process(*expire_args(lake), "--json"))  # the next run
     assert again["status"] == "already_applied"
     for name in EXPIRED_TABLES:
         assert rows(lake, name) == rows(expired, name), name

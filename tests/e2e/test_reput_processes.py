@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tests.e2e.processes import INDEX, SETTINGS, environment, rmqlake, rows
+from tests.e2e.processes import INDEX, SETTINGS, environment, in_process, rmqlake, rows
 
 pytestmark = pytest.mark.slow
 REPUT_TABLES = ("consumequeue", "indexfile", "indexfile_header")
@@ -29,7 +29,7 @@ def test_reput_killed_between_table_commits_is_rolled_forward(tmp_path, clean_la
     )
     assert crashed.returncode == 137
     assert rows(lake, "consumequeue") and not rows(lake, "indexfile")  # half applied until the next run
-    again = rmqlake("reput", "--lake", str(lake), *SETTINGS, *INDEX, "--json")
-    assert '"status": "up_to_date"' in again.stdout  # the next run finished the decided one, then had no work
+    again = in_process("reput", "--lake", str(lake), *SETTINGS, *INDEX, "--json")  # the next run
+    assert '"status": "up_to_date"' in again  # the next run finished the decided one, then had no work
     for name in REPUT_TABLES:
         assert rows(lake, name) == rows(reput_lake, name), name
