@@ -736,14 +736,19 @@ def cmd_lag(args, settings) -> int:
 
 
 def cmd_quality(args, settings) -> int:
-    from rmqlake.quality.suites import select_suites
+    from rmqlake.quality.suites import import_gx_in_background, select_suites
     from rmqlake.steps.quality import quality
 
     try:
         select_suites(args.suites)  # before Spark starts
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
-    result = quality(_spark(settings, args, "quality"), settings, suites=args.suites, now=_now(args.now))
+    # Great Expectations takes seconds to import, the JVM seconds to start: one waits for the other. Nothing
+    # else is imported meanwhile (what starting Spark needs already is), so the two threads' imports never cross.
+    gx_import = import_gx_in_background()
+    spark = _spark(settings, args, "quality")
+    gx_import.join()
+    result = quality(spark, settings, suites=args.suites, now=_now(args.now))
     if args.json:
         _emit(args, result)
     else:

@@ -58,7 +58,7 @@ from rmqlake.quality.suites import SUITES
 from rmqlake.steps.compact import compact
 from rmqlake.steps.expire import expire
 from rmqlake.steps.ingest import ingest
-from rmqlake.steps.quality import _context, _validate, quality, suite_inputs
+from rmqlake.steps.quality import _context, _validate, quality, spark_source, suite_inputs
 from rmqlake.steps.reput import reput
 from rmqlake.steps.status import status
 from rmqlake.steps.store import export_store, import_store
@@ -465,8 +465,10 @@ def test_the_transaction_suites_name_a_commit_without_its_half_a_stray_op_entry_
     }
     # through Great Expectations: the critical suite fails, its unexpected values name the records
     suite = SUITES["transactions.critical"]
+    context = _context(tmp_path / "gx")
     checked = _validate(
-        _context(tmp_path / "gx"),
+        context,
+        spark_source(context),
         suite,
         suite.expectations(imported["settings"]),
         suite.frame({**tables, "commitlog": broken}, imported["settings"]),

@@ -22,7 +22,7 @@ from rmqlake.steps.compact import compact
 from rmqlake.steps.expire import expire
 from rmqlake.steps.ingest import ingest
 from rmqlake.steps.offsets import lag, load_offsets
-from rmqlake.steps.quality import _context, _validate, project_dir, quality, suite_inputs
+from rmqlake.steps.quality import _context, _validate, project_dir, quality, spark_source, suite_inputs
 from rmqlake.steps.reput import reput
 from rmqlake.timeutil import parse_timestamp
 from tests.conftest import CONF, make_settings
@@ -70,7 +70,8 @@ def failures(spark, settings, suite_name: str, tables: dict, tmp_path) -> dict[s
     """The failed expectations of one suite on ``tables``: description -> observed result."""
     suite = SUITES[suite_name]
     frame = suite.frame(tables, settings).persist()
-    result = _validate(_context(tmp_path / "gx"), suite, suite.expectations(settings), frame, settings)
+    context = _context(tmp_path / "gx")
+    result = _validate(context, spark_source(context), suite, suite.expectations(settings), frame, settings)
     frame.unpersist()
     assert len(result.results) == len(suite.expectations(settings))
     return {r.expectation_config.description: r.result for r in result.results if not r.success}

@@ -10,7 +10,7 @@ import pytest
 from rmqlake.lake.state import PendingGroup, PendingKey, ScheduleState
 from rmqlake.quality.suites import SUITES
 from rmqlake.steps.ingest import ingest
-from rmqlake.steps.quality import _context, _validate, quality
+from rmqlake.steps.quality import _context, _validate, quality, spark_source
 from rmqlake.steps.reput import reput
 from rmqlake.steps.status import status
 from rmqlake.timeutil import iso
@@ -65,7 +65,8 @@ def problems(spark, settings, tmp_path, rows, schedule) -> dict[str, list[str]]:
     """Failed expectations of the suite (column -> the values GX lists) and the frame's row count."""
     tables = {"commitlog": spark.createDataFrame(rows, COLUMNS), "schedule": schedule}
     frame = SUITE.frame(tables, settings).persist()
-    result = _validate(_context(tmp_path / "gx"), SUITE, SUITE.expectations(settings), frame, settings)
+    context = _context(tmp_path / "gx")
+    result = _validate(context, spark_source(context), SUITE, SUITE.expectations(settings), frame, settings)
     frame.unpersist()
     return {
         r.expectation_config.kwargs["column"]: sorted(r.result["partial_unexpected_list"])

@@ -7,16 +7,44 @@ non-zero. A warning is reported and kept, and does not fail the run.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import great_expectations.expectations as gxe
+from typing import TYPE_CHECKING
 
 from rmqlake.config import Settings
 from rmqlake.formats.record import END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2, RECORD_OVERHEAD_ALLOWANCE, record_size
 from rmqlake.quality import frames
 
+if TYPE_CHECKING:
+    import great_expectations.expectations as gxe
+
+GX_EXPECTATIONS = "great_expectations.expectations"
+
 CRITICAL, WARNING = "critical", "warning"
+
+
+def _gxe():
+    """Great Expectations' expectation classes. Imported when the first suite's expectations are built, not
+    with this module: importing GX takes seconds, and the command line checks suite names before Spark starts
+    (see `import_gx_in_background`)."""
+    return importlib.import_module(GX_EXPECTATIONS)
+
+
+def import_gx_in_background() -> threading.Thread:
+    """Start importing Great Expectations in a thread, so that it overlaps what the caller does next (starting
+    Spark: a JVM launch and a wait). A later import of it waits for this one; one that failed here is tried
+    again there, and raises there."""
+
+    def load() -> None:
+        with contextlib.suppress(Exception):  # the caller's own import raises it, with its traceback
+            importlib.import_module(GX_EXPECTATIONS)
+
+    thread = threading.Thread(target=load, name="import-great-expectations", daemon=True)
+    thread.start()
+    return thread
 
 
 @dataclass(frozen=True)
@@ -45,7 +73,7 @@ class Suite:
 
 def _true(column: str, description: str) -> gxe.Expectation:
     """Every applicable row (not null) has ``column`` true."""
-    return gxe.ExpectColumnValuesToBeInSet(column=column, value_set=[True], description=description)
+    return _gxe().ExpectColumnValuesToBeInSet(column=column, value_set=[True], description=description)
 
 
 def record_size_bounds(settings: Settings) -> tuple[int, int]:
@@ -63,10 +91,10 @@ def record_size_bounds(settings: Settings) -> tuple[int, int]:
 def _commitlog_critical(settings: Settings) -> list:
     smallest, largest = record_size_bounds(settings)
     return [
-        gxe.ExpectColumnValuesToBeInSet(
+        _gxe().ExpectColumnValuesToBeInSet(
             column="magic", value_set=[MAGIC_V1, MAGIC_V2], description="magic code is V1 or V2"
         ),
-        gxe.ExpectColumnValuesToBeBetween(
+        _gxe().ExpectColumnValuesToBeBetween(
             column="total_size",
             min_value=smallest,
             max_value=largest,
@@ -79,27 +107,27 @@ def _commitlog_critical(settings: Settings) -> list:
         _true("follows_previous", "each record starts where the previous record of its segment ends"),
         _true("segment_end_matches", "last record's end + recorded padding = the segment's end offset"),
         _true("queue_offset_follows", "queue offsets of dispatchable messages are contiguous per queue"),
-        gxe.ExpectColumnValuesToBeUnique(
+        _gxe().ExpectColumnValuesToBeUnique(
             column="queue_slot", description="no two dispatchable messages share (topic, queue, queue offset)"
         ),
-        gxe.ExpectColumnValuesToNotBeNull(column="segment", description="every message belongs to a segment"),
+        _gxe().ExpectColumnValuesToNotBeNull(column="segment", description="every message belongs to a segment"),
     ]
 
 
 def _segments_critical(settings: Settings) -> list:
     return [
         _true("follows_previous", "each segment starts where the previous one ends"),
-        gxe.ExpectColumnValuesToBeBetween(
+        _gxe().ExpectColumnValuesToBeBetween(
             column="size_bytes",
             min_value=0,
             max_value=settings.store.commitlog_segment_size,
             description="segment sizes are at most store.commitlog_segment_size",
         ),
-        gxe.ExpectColumnValuesToBeInSet(
+        _gxe().ExpectColumnValuesToBeInSet(
             column="status", value_set=["active", "sealed", "deleted"], description="status is known"
         ),
-        gxe.ExpectColumnValuesToBeUnique(column="active_marker", description="at most one active segment"),
-        gxe.ExpectColumnDistinctValuesToContainSet(
+        _gxe().ExpectColumnValuesToBeUnique(column="active_marker", description="at most one active segment"),
+        _gxe().ExpectColumnDistinctValuesToContainSet(
             column="active_marker", value_set=["active"], description="an active segment exists"
         ),
     ]
@@ -117,10 +145,10 @@ def _expiry_critical(settings: Settings) -> list:
 
 def _rejected_critical(settings: Settings) -> list:
     return [
-        gxe.ExpectColumnValuesToNotBeNull(column="reason", description="every rejected line has a reason"),
-        gxe.ExpectColumnValueLengthsToBeBetween(column="reason", min_value=1, description="reasons are not empty"),
-        gxe.ExpectColumnValuesToNotBeNull(column="source_file", description="every rejected line names its file"),
-        gxe.ExpectColumnValuesToBeBetween(
+        _gxe().ExpectColumnValuesToNotBeNull(column="reason", description="every rejected line has a reason"),
+        _gxe().ExpectColumnValueLengthsToBeBetween(column="reason", min_value=1, description="reasons are not empty"),
+        _gxe().ExpectColumnValuesToNotBeNull(column="source_file", description="every rejected line names its file"),
+        _gxe().ExpectColumnValuesToBeBetween(
             column="source_line", min_value=1, description="every rejected line has its (1-based) line number"
         ),
     ]
@@ -133,7 +161,7 @@ def _consumequeue_critical(settings: Settings) -> list:
         ),
         _true("tags_code_matches", "tags_code is the dispatcher's tagsCode of the message (TAGS hash, delay rule)"),
         _true("follows_previous", "queue offsets are contiguous per queue from the queue's min offset"),
-        gxe.ExpectCompoundColumnsToBeUnique(
+        _gxe().ExpectCompoundColumnsToBeUnique(
             column_list=["topic", "queue_id", "queue_offset"], description="one unit per queue offset"
         ),
     ]
@@ -141,7 +169,7 @@ def _consumequeue_critical(settings: Settings) -> list:
 
 def _indexfile_critical(settings: Settings) -> list:
     return [
-        gxe.ExpectColumnValuesToBeBetween(
+        _gxe().ExpectColumnValuesToBeBetween(
             column="slot",
             min_value=0,
             max_value=settings.store.index_slots - 1,
@@ -157,7 +185,7 @@ def _indexfile_critical(settings: Settings) -> list:
 
 def _compaction_critical(settings: Settings) -> list:
     return [
-        gxe.ExpectCompoundColumnsToBeUnique(
+        _gxe().ExpectCompoundColumnsToBeUnique(
             column_list=["topic", "queue_id", "kept_key"],
             ignore_row_if="any_value_is_missing",
             description="one compacted message per key and queue",
@@ -171,7 +199,7 @@ def _compaction_critical(settings: Settings) -> list:
 
 def _null(column: str, description: str) -> gxe.Expectation:
     """Every row has ``column`` null; a value is what is wrong, naming the record (GX lists the first ones)."""
-    return gxe.ExpectColumnValuesToBeNull(column=column, description=description)
+    return _gxe().ExpectColumnValuesToBeNull(column=column, description=description)
 
 
 def _schedule_critical(settings: Settings) -> list:
@@ -216,7 +244,7 @@ def _transactions_warning(settings: Settings) -> list:
 
 def _commitlog_warning(settings: Settings) -> list:
     return [
-        gxe.ExpectColumnValuesToBeUnique(
+        _gxe().ExpectColumnValuesToBeUnique(
             column="resend_key",
             description="no UNIQ_KEY stored twice in a topic (a producer resent a message it thought lost)",
         ),
@@ -226,7 +254,7 @@ def _commitlog_warning(settings: Settings) -> list:
 
 def _rejected_warning(settings: Settings) -> list:
     return [
-        gxe.ExpectColumnValuesToBeBetween(
+        _gxe().ExpectColumnValuesToBeBetween(
             column="reject_ratio",
             max_value=settings.quality.max_reject_ratio,
             description=f"each ingest batch rejects at most quality.max_reject_ratio "

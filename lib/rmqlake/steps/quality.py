@@ -90,14 +90,16 @@ def _check(spark, settings, step: StepRun, chosen: list[Suite], *, docs_root) ->
         log.info("every suite already ran on these table versions (%s); reporting their last outcome", versions)
         return _result("already_checked", summaries, context, started)
     tables = suite_inputs(spark, lake, run.state, names)
+    source = spark_source(context)
     rows = []
     for suite in todo:
         suite_started = time.monotonic()
         # GX computes each expectation's metrics with their own Spark jobs: keep the frame instead of
-        # recomputing its joins, windows and recomputed byte rules for each of them
+        # recomputing its joins, windows and recomputed byte rules for each of them. Persisted here, not by GX
+        # (see spark_source), so that it is released when its suite is done.
         frame = suite.frame(tables, settings).persist()
         try:
-            result = _validate(context, suite, suite.expectations(settings), frame, settings)
+            result = _validate(context, source, suite, suite.expectations(settings), frame, settings)
         finally:
             frame.unpersist()
         failed = 0
@@ -229,12 +231,18 @@ def _docs_index(context) -> str:
     return context.get_docs_sites_urls(site_name=DOCS_SITE)[0]["site_url"]
 
 
-def _validate(context, suite: Suite, expectations: list, frame, settings: Settings):
-    """Validate ``frame`` with the suite's expectations through GX's Spark datasource; the result is stored
-    in the project (for the Data Docs)."""
+def spark_source(context):
+    """The project's GX Spark datasource, registered with ``persist=False``: the quality job persists each
+    suite's frame itself and releases it after the suite (GX would persist it a second time, and keep it).
+    Once a run: each registration rewrites the project's ``great_expectations.yml``."""
+    return context.data_sources.add_or_update_spark(name=DATASOURCE, persist=False)
+
+
+def _validate(context, source, suite: Suite, expectations: list, frame, settings: Settings):
+    """Validate ``frame`` with the suite's expectations through GX's Spark datasource ``source``; the result is
+    stored in the project (for the Data Docs)."""
     import great_expectations as gx
 
-    source = context.data_sources.add_or_update_spark(name=DATASOURCE)
     try:
         asset = source.get_asset(suite.name)
     except LookupError:
