@@ -24,5 +24,7 @@ def run_job(command: str, argv: list[str]) -> int:
     """Run ``rmqlake <command> <argv>`` in this (spark-submit) process and return its exit code."""
     _ensure_library()
     from rmqlake.cli import main
+    from rmqlake.session import separate_stderr
 
+    separate_stderr()  # logs to stderr, results to stdout, as `rmqlake` prints them
     return main([command, *argv])

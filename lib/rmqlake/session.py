@@ -14,6 +14,7 @@ import glob
 import logging
 import os
 import shlex
+import stat
 import sys
 from pathlib import Path
 
@@ -45,6 +46,34 @@ CHECKOUT = Path(__file__).resolve().parents[2]  # lib/rmqlake/session.py -> the 
 def under_spark_submit() -> bool:
     """True when this Python process was started by ``spark-submit``."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def separate_stderr() -> bool:
+    """Under ``spark-submit``, send this process's stderr to the submitting JVM's stderr; return whether it did.
+
+    Spark starts a Python driver with its stderr merged into its stdout, and copies both to the JVM's stdout:
+    log lines would land among ``--json`` results. On Linux the JVM's stderr is ``/proc/<parent>/fd/2``. It is
+    reopened only when it is a pipe or a terminal: the JVM's writes to a regular file go at the JVM's own file
+    offset, and would overwrite ours. Anywhere else the streams stay merged, as Spark leaves them.
+    """
+    if not under_spark_submit():
+        return False
+    parent = os.getppid()
+    try:
+        if not os.path.basename(os.readlink(f"/proc/{parent}/exe")).startswith("java"):
+            return False
+        jvm_stderr = os.open(f"/proc/{parent}/fd/2", os.O_WRONLY | os.O_NOCTTY)
+    except OSError:  # not Linux, not ours to open, or a socket
+        return False
+    try:
+        mode = os.fstat(jvm_stderr).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+            return False
+        sys.stderr.flush()
+        os.dup2(jvm_stderr, sys.stderr.fileno())
+        return True
+    finally:
+        os.close(jvm_stderr)
 
 
 def _find_java17() -> str | None:

@@ -63,6 +63,10 @@ def test_dry_run_and_spark_submit_expire(tmp_path, reput_lake, expired):
     assert "would delete" in plan.stderr and "expired" in plan.stdout
     for name in EXPIRED_TABLES:
         assert rows(lake, name) == rows(reput_lake, name), name
-    spark_submit("expire", *expire_args(lake)[1:])
+    submitted = spark_submit("expire", *expire_args(lake)[1:], "--json")
     for name in EXPIRED_TABLES:
         assert rows(lake, name) == rows(expired, name), name
+    # Spark merges the Python driver's stderr into its stdout: the job points it back at the JVM's stderr
+    results = [json.loads(line) for line in submitted.stdout.splitlines()]
+    assert results[0]["status"] == "deleted"
+    assert "rmqlake.steps.expire: commit done" in submitted.stderr
