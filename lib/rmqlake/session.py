@@ -62,13 +62,16 @@ def separate_stderr() -> bool:
     try:
         if not os.path.basename(os.readlink(f"/proc/{parent}/exe")).startswith("java"):
             return False
-        jvm_stderr = os.open(f"/proc/{parent}/fd/2", os.O_WRONLY | os.O_NOCTTY)
-    except OSError:  # not Linux, not ours to open, or a socket
+        # non-blocking, so that the open never waits for a reader (a FIFO's open does where the kernel applies
+        # FIFO rules to reopened pipes); writes are made blocking again below
+        jvm_stderr = os.open(f"/proc/{parent}/fd/2", os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:  # not Linux, not ours to open, a socket, or a pipe without a reader
         return False
     try:
         mode = os.fstat(jvm_stderr).st_mode
         if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
             return False
+        os.set_blocking(jvm_stderr, True)  # writes wait for a full pipe, as writes to stderr do
         sys.stderr.flush()
         os.dup2(jvm_stderr, sys.stderr.fileno())
         return True
