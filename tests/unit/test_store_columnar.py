@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -465,6 +466,24 @@ def test_mutated_segments_read_the_same_both_ways(case, tmp_path_factory):
 )
 def test_properties_parse_like_the_reference(strings):
     properties = pa.array(["".join(parts).encode() for parts in strings], pa.binary())
+    columnar = _parsed_properties(properties, len(properties))
+    reference = _parsed_per_string(properties)
+    assert {k: v.to_pylist() for k, v in columnar.items()} == {k: v.to_pylist() for k, v in reference.items()}
+
+
+@pytest.mark.parametrize("distinct", [2, 64, 65, 300])  # a bit per name up to 64 names, unique pairs above
+@pytest.mark.parametrize("repeated", [False, True])
+def test_a_repeated_name_is_found_however_many_names_a_run_has(distinct, repeated):
+    # string i holds names i and i + 1; with ``repeated``, the middle string names its first name again
+    parts = [[f"name{i}", f"name{(i + 1) % distinct}"] for i in range(distinct)]
+    if repeated:
+        parts[distinct // 2].append(parts[distinct // 2][0])
+    parents = np.array([i for i, names in enumerate(parts) for _ in names], np.int64)
+    names = pa.array([name for names in parts for name in names], pa.string())
+    assert record_runs._repeats(parents, names) is repeated
+    properties = pa.array(
+        ["\x02".join(f"{name}\x01{i}.{j}" for j, name in enumerate(names)).encode() for i, names in enumerate(parts)]
+    )
     columnar = _parsed_properties(properties, len(properties))
     reference = _parsed_per_string(properties)
     assert {k: v.to_pylist() for k, v in columnar.items()} == {k: v.to_pylist() for k, v in reference.items()}
