@@ -8,6 +8,8 @@ byte for byte; rows the reference refuses raise the same error both ways.
 from __future__ import annotations
 
 import random
+import threading
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -496,12 +498,56 @@ def test_a_clean_file_is_read_in_runs(tmp_path):
     assert run is not None and run[0].num_rows == 40 and run[1] == len(data)
 
 
+def test_segment_units_are_encoded_by_threads_at_once_and_given_in_order():
+    both_running = threading.Barrier(2, timeout=10)  # broken (and the test failed) unless two units run at once
+
+    def work(unit: int) -> int:
+        if unit < 2:
+            both_running.wait()
+        if unit == 0:
+            time.sleep(0.05)  # the first unit finishes last: the order given is still the units' order
+        return unit * 10
+
+    assert list(export._in_order(iter(range(7)), work, workers=2, depth=3)) == [0, 10, 20, 30, 40, 50, 60]
+
+
+def test_segment_units_stop_at_an_error_in_their_order_and_nothing_far_ahead_was_started():
+    started, units = [], iter(range(1000))
+
+    def work(unit: int) -> int:
+        started.append(unit)
+        if unit == 3:
+            raise ValueError("unit 3 is bad")
+        return unit
+
+    given = []
+    with pytest.raises(ValueError, match="unit 3 is bad"):
+        for result in export._in_order(units, work, workers=2, depth=4):
+            given.append(result)
+    assert given == [0, 1, 2]
+    assert max(started) <= 3 + 4  # at most ``depth`` units beyond the one being given
+    assert next(units) <= 8  # the rest were never taken
+
+
+def test_segment_units_stop_when_the_writer_stops_taking_them():
+    started, units = [], iter(range(1000))
+
+    def work(unit: int) -> int:
+        started.append(unit)
+        return unit
+
+    encoded = export._in_order(units, work, workers=2, depth=2)
+    assert next(encoded) == 0
+    encoded.close()
+    assert max(started) <= 2 and next(units) <= 3
+
+
 def test_a_parquet_file_that_cannot_be_read_fails_both_routes_alike(tmp_path):
     errors = []
     for columnar in (True, False):
         task = _segment_task(tmp_path, [], start=0, columnar=columnar, size=64)
         task["files"] = [str(tmp_path / "missing.parquet")]
-        with pytest.raises(OSError) as raised:  # read in a thread ahead of the columnar writer, raised here
+        with pytest.raises(OSError) as raised:
             export.write_segment(task, columnar=columnar)
         errors.append(str(raised.value))
     assert errors[0] == errors[1]

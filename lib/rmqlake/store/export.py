@@ -11,13 +11,15 @@ file systems).
 
 from __future__ import annotations
 
+import itertools
 import os
-import queue
 import struct
-import threading
 from array import array
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -33,57 +35,88 @@ from rmqlake.lake.tables import CONSUMEQUEUE, INDEXFILE
 from rmqlake.store.columnar import CQ_UNIT, INDEX_ENTRY, EncodedRecords, contiguous_runs, encode_record_batch, tiles
 from rmqlake.store.rows import READ_BATCH_ROWS, RECORD_COLUMNS, record_from_row
 
-# rows per batch the columnar encoder takes at once (~16 MiB of ~1 KiB records): fewer, larger writes
+# rows the columnar encoder takes at once (~16 MiB of ~1 KiB records; whole row groups of one file, so at least
+# this many but for a file's last ones): fewer, larger writes
 SEGMENT_BATCH_ROWS = 16384
+
+
+# A commitlog segment is one task (it is one broker file, 1 GiB on a broker). Decoding its Parquet and encoding
+# its records both release the GIL for most of their time, so this many threads share the work: in an export
+# whose only big task is one 1 GiB segment, the other core is not left idle once the small tasks are done.
+SEGMENT_ENCODERS = 2
+
+
+def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    return pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
 
 
 def _batches(uris: Sequence[str], columns: list[str], *, batch_rows: int = READ_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     for uri in uris:
-        filesystem, path = pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
+        filesystem, path = _filesystem(uri)
         with filesystem.open_input_file(path) as handle:
             yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_rows, columns=columns)
 
 
-def _read_ahead(batches: Iterator[pa.RecordBatch], *, depth: int = 2) -> Iterator[pa.RecordBatch]:
-    """``batches``, produced by a thread ``depth`` batches ahead: Parquet decoding (which releases the GIL)
-    overlaps the encoding and writing of the batches before."""
-    slots: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
+@dataclass(frozen=True)
+class _RowGroups:
+    """Consecutive row groups of one Parquet file: a unit of a segment's encoding."""
 
-    def offer(item) -> bool:
-        """Hand ``item`` to the consumer; ``False`` once it has stopped taking."""
-        while not stop.is_set():
-            try:
-                slots.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    uri: str
+    metadata: pq.FileMetaData  # read once, when the file is cut into units
+    indices: list[int]
 
-    def produce() -> None:
+
+def _row_group_units(uris: Sequence[str], *, unit_rows: int) -> Iterator[_RowGroups]:
+    """Each file's row groups in order, in runs of at least ``unit_rows`` rows (a file's last run may have
+    fewer)."""
+    for uri in uris:
+        filesystem, path = _filesystem(uri)
+        with filesystem.open_input_file(path) as handle:
+            metadata = pq.ParquetFile(handle).metadata
+        indices, rows = [], 0
+        for index in range(metadata.num_row_groups):
+            indices.append(index)
+            rows += metadata.row_group(index).num_rows
+            if rows >= unit_rows:
+                yield _RowGroups(uri, metadata, indices)
+                indices, rows = [], 0
+        if indices:
+            yield _RowGroups(uri, metadata, indices)
+
+
+def _write_row_groups(unit: _RowGroups, *, fd: int, start: int, segment: str) -> tuple[np.ndarray, np.ndarray]:
+    """Encode a unit's rows a batch at a time (column-wise, or one by one where the columnar encoder leaves a
+    batch) and write them into the segment starting at ``start`` open as ``fd``; their records' offsets and
+    sizes. However large the file's row groups, a batch at a time is held."""
+    filesystem, path = _filesystem(unit.uri)
+    offsets, sizes = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    with filesystem.open_input_file(path) as handle:  # a handle of its own: threads read one file at once
+        batches = pq.ParquetFile(handle, metadata=unit.metadata).iter_batches(
+            batch_size=SEGMENT_BATCH_ROWS, row_groups=unit.indices, columns=RECORD_COLUMNS, use_threads=False
+        )
+        for batch in batches:
+            encoded = encode_record_batch(batch)
+            if encoded is None:
+                encoded = _encode_per_record(batch, segment)
+            _write_records(fd, encoded, start)
+            offsets.append(encoded.physical_offset)
+            sizes.append(encoded.total_size)
+    return np.concatenate(offsets), np.concatenate(sizes)
+
+
+def _in_order(units: Iterator, work: Callable, *, workers: int, depth: int) -> Iterator:
+    """``work(unit)`` for each of ``units``, computed by ``workers`` threads at most ``depth`` units ahead, given
+    in the units' order; an exception is raised where its unit's result would have been."""
+    with ThreadPoolExecutor(workers, thread_name_prefix="segment-encode") as pool:
+        pending = deque(pool.submit(work, unit) for unit in itertools.islice(units, depth))
         try:
-            for batch in batches:
-                if not offer(batch):
-                    return
-            item = done
-        except BaseException as exc:  # handed to the consumer, raised there
-            item = exc
-        offer(item)
-
-    thread = threading.Thread(target=produce, name="parquet-read-ahead", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = slots.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join()
+            while pending:
+                result = pending.popleft().result()
+                pending.extend(pool.submit(work, unit) for unit in itertools.islice(units, 1))
+                yield result
+        finally:  # stopped early (an error, or the consumer closed): what has not started never starts
+            for future in pending:
+                future.cancel()
 
 
 def _inside(out: str, *parts: str) -> Path:
@@ -120,14 +153,42 @@ _WRITE_BEHIND_BYTES = 8 << 20
 
 
 def _write_at(handle, position: int, data) -> None:
-    """Write ``data`` at ``position`` and, for a large write, have the kernel start writing it to disk now
-    (``POSIX_FADV_DONTNEED`` starts writeback of dirty pages), so that the disk works while the next batch is
-    encoded instead of after the last one; the pages need not stay cached: nothing here reads them again."""
+    """Write ``data`` at ``position`` of a buffered file, then ``_write_behind``."""
     handle.seek(position)
     handle.write(data)
-    if len(data) >= _WRITE_BEHIND_BYTES and hasattr(os, "posix_fadvise"):
+    if len(data) >= _WRITE_BEHIND_BYTES:
         handle.flush()
-        os.posix_fadvise(handle.fileno(), position, len(data), os.POSIX_FADV_DONTNEED)
+        _write_behind(handle.fileno(), position, len(data))
+
+
+def _pwrite(fd: int, position: int, data) -> None:
+    """Write ``data`` at ``position`` of the file open as ``fd`` (threads may write one file at once: there is
+    no shared file position), then ``_write_behind``."""
+    view = memoryview(data).cast("B")
+    at = position
+    while view:
+        written = os.pwrite(fd, view, at)
+        view, at = view[written:], at + written
+    if at - position >= _WRITE_BEHIND_BYTES:
+        _write_behind(fd, position, at - position)
+
+
+def _write_behind(fd: int, position: int, length: int) -> None:
+    """Have the kernel start writing a large write to disk now (``POSIX_FADV_DONTNEED`` starts writeback of dirty
+    pages), so that the disk works while the next batch is encoded instead of after the last one; the pages need
+    not stay cached: nothing here reads them again."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, position, length, os.POSIX_FADV_DONTNEED)
+
+
+def _write_records(fd: int, encoded: EncodedRecords, start: int) -> None:
+    """Each run of consecutive records of ``encoded`` in one write, at its place in the segment starting at
+    ``start``."""
+    runs = contiguous_runs(encoded.physical_offset, encoded.total_size)
+    for first, stop in zip(runs[:-1].tolist(), runs[1:].tolist(), strict=True):
+        _pwrite(
+            fd, int(encoded.physical_offset[first]) - start, encoded.data[encoded.starts[first] : encoded.starts[stop]]
+        )
 
 
 def _check_covered(spans: list[tuple[int, int]], start: int, end: int, what: str) -> None:
@@ -154,32 +215,25 @@ def write_segment(task: dict, *, columnar: bool = True) -> dict:
     """
     start, data_end, size = task["start_offset"], task["data_end"], task["file_size"]
     path = _inside(task["out"], "commitlog", task["segment"])
-    offsets: list[np.ndarray] = []
-    sizes: list[np.ndarray] = []
-    batches = (
-        _read_ahead(_batches(task["files"], RECORD_COLUMNS, batch_rows=SEGMENT_BATCH_ROWS))
-        if columnar
-        else _batches(task["files"], RECORD_COLUMNS)
-    )
     with _preallocated(path, size) as handle:
-        for batch in batches:
-            encoded = encode_record_batch(batch) if columnar else None
-            if encoded is None:
+        fd = handle.fileno()
+        if columnar:
+            units = _row_group_units(task["files"], unit_rows=SEGMENT_BATCH_ROWS)
+            write = partial(_write_row_groups, fd=fd, start=start, segment=task["segment"])
+            written = list(_in_order(units, write, workers=SEGMENT_ENCODERS, depth=2 * SEGMENT_ENCODERS))
+        else:
+            written = []
+            for batch in _batches(task["files"], RECORD_COLUMNS):
                 encoded = _encode_per_record(batch, task["segment"])
-            runs = contiguous_runs(encoded.physical_offset, encoded.total_size)
-            for first, stop in zip(runs[:-1].tolist(), runs[1:].tolist(), strict=True):
-                _write_at(handle, int(encoded.physical_offset[first]) - start,
-                          encoded.data[encoded.starts[first] : encoded.starts[stop]])  # fmt: skip
-            offsets.append(encoded.physical_offset)
-            sizes.append(encoded.total_size)
-        all_offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
-        all_sizes = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+                _write_records(fd, encoded, start)
+                written.append((encoded.physical_offset, encoded.total_size))
+        all_offsets = np.concatenate([offsets for offsets, _ in written]) if written else np.zeros(0, np.int64)
+        all_sizes = np.concatenate([sizes for _, sizes in written]) if written else np.zeros(0, np.int64)
         if not tiles(all_offsets, all_sizes, start, data_end):  # the reference check says where and how
             _check_covered(list(zip(all_offsets.tolist(), all_sizes.tolist(), strict=True)), start, data_end,
                            f"segment {task['segment']}")  # fmt: skip
         if task["sealed"]:  # the 8-byte end-of-file marker: TOTALSIZE = every byte left after the last record
-            handle.seek(data_end - start)
-            handle.write(encode_blank(start + size - data_end))
+            _pwrite(fd, data_end - start, encode_blank(start + size - data_end))
     _set_mtime(path, task.get("mtime_ms"))
     return {
         "file": f"commitlog/{task['segment']}",
