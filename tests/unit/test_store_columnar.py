@@ -498,6 +498,18 @@ def test_a_clean_file_is_read_in_runs(tmp_path):
     assert run is not None and run[0].num_rows == 40 and run[1] == len(data)
 
 
+@given(
+    st.one_of(
+        st.permutations(range(5, 40)),  # a valid index file's entry numbers: the scatter
+        st.lists(st.integers(0, 12), max_size=12),  # repeats and gaps: the sort
+        st.lists(st.integers(-(2**40), 2**40), max_size=8),
+    )
+)
+def test_index_entries_are_ordered_as_a_stable_sort_orders_them(numbers):
+    values = np.array(numbers, np.int64)
+    assert export._ascending_order(values).tolist() == np.argsort(values, kind="stable").tolist()
+
+
 def test_segment_units_are_encoded_by_threads_at_once_and_given_in_order():
     both_running = threading.Barrier(2, timeout=10)  # broken (and the test failed) unless two units run at once
 

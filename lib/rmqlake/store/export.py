@@ -378,10 +378,10 @@ def _write_index_file_columnar(task: dict) -> dict | None:
     table = _table(task["files"], INDEX_COLUMNS, INDEXFILE.arrow_schema)
     if table is None:
         return None
-    index_no = table.column("index_no").to_numpy().astype(np.int64)
-    slot = table.column("slot").to_numpy()
-    order = np.argsort(index_no, kind="stable")
-    index_no = index_no[order]
+    numbers = table.column("index_no").to_numpy().astype(np.int64)
+    slot = table.column("slot").to_numpy().astype(np.intp)
+    order = _ascending_order(numbers)
+    index_no = numbers[order]
     if (
         len(index_no) + 1 != header["index_count"]
         or index_no[0] < 0
@@ -392,7 +392,9 @@ def _write_index_file_columnar(task: dict) -> dict | None:
     ):
         return None
     heads = np.zeros(slots, np.int64)
-    np.maximum.at(heads, slot, table.column("index_no").to_numpy())
+    # values of the heads' type and indices of NumPy's index type take ``ufunc.at``'s fast loop: int32 values
+    # took ten times as long (0.15 s for the 1.7 M entries of a 1 M-message index file)
+    np.maximum.at(heads, slot, numbers)
     entries = np.empty(len(index_no), INDEX_ENTRY)
     for name in INDEX_ENTRY.names:
         entries[name] = table.column(name).to_numpy()[order]
@@ -405,6 +407,20 @@ def _write_index_file_columnar(task: dict) -> dict | None:
             _write_at(handle, entry_position(int(index_no[first]), slots), entries[first:stop].tobytes())
     _set_mtime(path, header["end_timestamp"] or None)
     return {"file": f"index/{task['index_file']}", "entries": len(index_no)}
+
+
+def _ascending_order(numbers: np.ndarray) -> np.ndarray:
+    """``np.argsort(numbers, kind="stable")``; for a permutation of a range of integers (a valid index file's
+    entry numbers, in the slot order reput writes them) by one scatter: 15 ms instead of the sort's 160 ms for
+    the 1.7 M entries of a 1 M-message index file."""
+    if len(numbers):
+        low = int(numbers.min())
+        if int(numbers.max()) - low + 1 == len(numbers):
+            order = np.full(len(numbers), -1, np.int64)
+            order[numbers - low] = np.arange(len(numbers))
+            if (order >= 0).all():  # every number of the range once: no repeats
+                return order
+    return np.argsort(numbers, kind="stable")
 
 
 def _index_header(header: dict) -> bytes:
