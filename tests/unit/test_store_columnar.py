@@ -510,6 +510,19 @@ def test_index_entries_are_ordered_as_a_stable_sort_orders_them(numbers):
     assert export._ascending_order(values).tolist() == np.argsort(values, kind="stable").tolist()
 
 
+def test_a_segments_files_are_read_in_runs_of_whole_row_groups_up_to_a_batch(tmp_path):
+    rows = _rows(21)
+    path = tmp_path / "groups.parquet"
+    with pq.ParquetWriter(path, SCHEMA) as writer:
+        at = 0
+        for size in (3, 3, 3, 10, 2):  # a row group per write
+            writer.write_table(pa.Table.from_pylist(rows[at : at + size], schema=SCHEMA))
+            at += size
+    units = list(export._row_group_units([str(path), str(path)], unit_rows=6))
+    # a group larger than a batch is a run of its own (read in batches), the others fill runs up to a batch
+    assert [unit.indices for unit in units] == [[0, 1], [2], [3], [4]] * 2
+
+
 def test_segment_units_are_encoded_by_threads_at_once_and_given_in_order():
     both_running = threading.Barrier(2, timeout=10)  # broken (and the test failed) unless two units run at once
 

@@ -35,8 +35,8 @@ from rmqlake.lake.tables import CONSUMEQUEUE, INDEXFILE
 from rmqlake.store.columnar import CQ_UNIT, INDEX_ENTRY, EncodedRecords, contiguous_runs, encode_record_batch, tiles
 from rmqlake.store.rows import READ_BATCH_ROWS, RECORD_COLUMNS, record_from_row
 
-# rows the columnar encoder takes at once (~16 MiB of ~1 KiB records; whole row groups of one file, so at least
-# this many but for a file's last ones): fewer, larger writes
+# rows the columnar encoder takes at once (~16 MiB of ~1 KiB records): fewer, larger writes. A segment's rows are
+# taken in runs of whole row groups of up to this many rows; a larger row group is read in batches of this many.
 SEGMENT_BATCH_ROWS = 16384
 
 
@@ -67,19 +67,20 @@ class _RowGroups:
 
 
 def _row_group_units(uris: Sequence[str], *, unit_rows: int) -> Iterator[_RowGroups]:
-    """Each file's row groups in order, in runs of at least ``unit_rows`` rows (a file's last run may have
-    fewer)."""
+    """Each file's row groups in order, in runs of as many as add up to at most ``unit_rows`` rows (read as one
+    batch); a larger row group is a run of its own."""
     for uri in uris:
         filesystem, path = _filesystem(uri)
         with filesystem.open_input_file(path) as handle:
             metadata = pq.ParquetFile(handle).metadata
         indices, rows = [], 0
         for index in range(metadata.num_row_groups):
-            indices.append(index)
-            rows += metadata.row_group(index).num_rows
-            if rows >= unit_rows:
+            group_rows = metadata.row_group(index).num_rows
+            if indices and rows + group_rows > unit_rows:
                 yield _RowGroups(uri, metadata, indices)
                 indices, rows = [], 0
+            indices.append(index)
+            rows += group_rows
         if indices:
             yield _RowGroups(uri, metadata, indices)
 
