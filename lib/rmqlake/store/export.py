@@ -153,33 +153,20 @@ def _preallocated(path: Path, size: int):
 _WRITE_BEHIND_BYTES = 8 << 20
 
 
-def _write_at(handle, position: int, data) -> None:
-    """Write ``data`` at ``position`` of a buffered file, then ``_write_behind``."""
-    handle.seek(position)
-    handle.write(data)
-    if len(data) >= _WRITE_BEHIND_BYTES:
-        handle.flush()
-        _write_behind(handle.fileno(), position, len(data))
-
-
 def _pwrite(fd: int, position: int, data) -> None:
     """Write ``data`` at ``position`` of the file open as ``fd`` (threads may write one file at once: there is
-    no shared file position), then ``_write_behind``."""
+    no shared file position). For a large write, have the kernel start writing it to disk now
+    (``POSIX_FADV_DONTNEED`` starts writeback of dirty pages), so that the disk works while the next batch is
+    encoded instead of after the last one; the pages need not stay cached: nothing here reads them again."""
     view = memoryview(data).cast("B")
     at = position
     while view:
         written = os.pwrite(fd, view, at)
+        if not written:  # a file system that takes nothing without saying why: not a loop forever
+            raise OSError(f"wrote nothing at offset {at} ({len(view)} bytes left)")
         view, at = view[written:], at + written
-    if at - position >= _WRITE_BEHIND_BYTES:
-        _write_behind(fd, position, at - position)
-
-
-def _write_behind(fd: int, position: int, length: int) -> None:
-    """Have the kernel start writing a large write to disk now (``POSIX_FADV_DONTNEED`` starts writeback of dirty
-    pages), so that the disk works while the next batch is encoded instead of after the last one; the pages need
-    not stay cached: nothing here reads them again."""
-    if hasattr(os, "posix_fadvise"):
-        os.posix_fadvise(fd, position, length, os.POSIX_FADV_DONTNEED)
+    if at - position >= _WRITE_BEHIND_BYTES and hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, position, at - position, os.POSIX_FADV_DONTNEED)
 
 
 def _write_records(fd: int, encoded: EncodedRecords, start: int) -> None:
@@ -401,11 +388,12 @@ def _write_index_file_columnar(task: dict) -> dict | None:
         entries[name] = table.column(name).to_numpy()[order]
     path = _inside(task["out"], "index", task["index_file"])
     with _preallocated(path, task["file_size"]) as handle:
-        handle.write(_index_header(header))
-        _write_at(handle, HEADER_SIZE, heads.astype(">i4").tobytes())
+        fd = handle.fileno()
+        _pwrite(fd, 0, _index_header(header))
+        _pwrite(fd, HEADER_SIZE, heads.astype(">i4").tobytes())
         runs = contiguous_runs(index_no, np.ones(len(index_no), np.int64))
         for first, stop in zip(runs[:-1].tolist(), runs[1:].tolist(), strict=True):
-            _write_at(handle, entry_position(int(index_no[first]), slots), entries[first:stop].tobytes())
+            _pwrite(fd, entry_position(int(index_no[first]), slots), entries[first:stop].tobytes())
     _set_mtime(path, header["end_timestamp"] or None)
     return {"file": f"index/{task['index_file']}", "entries": len(index_no)}
 
