@@ -20,7 +20,14 @@ import pytest
 
 from rmqlake.generate import TopicPlan, generate
 from rmqlake.ingest.files import InputFile, resolve_inputs
-from rmqlake.ingest.scratch import NARROW_SCHEMA, SCRATCH_COLUMNS, IngestTarget
+from rmqlake.ingest.scratch import (
+    NARROW_BATCH_ROWS,
+    NARROW_SCHEMA,
+    SCRATCH_COLUMNS,
+    IngestTarget,
+    NarrowSpan,
+    open_narrow_file,
+)
 from rmqlake.ingest.tasks import fingerprint_files, jvm_can_parse, parse_splits, split_tasks
 from rmqlake.lake.tables import REJECTED
 from rmqlake.steps.ingest import parse_options
@@ -51,7 +58,13 @@ def messages_of(target: IngestTarget, splits: list[int]) -> pa.Table:
     root = Path(target.lake_root)
     pieces = []
     for split in splits:
-        narrow = pq.read_table(root / target.narrow_file(split))
+        reader, spans = open_narrow_file(target.storage(), target.narrow_file(split))
+        batches = [reader.get_batch(index) for index in range(reader.num_record_batches)]
+        assert all(batch.num_rows == NARROW_BATCH_ROWS for batch in batches[:-1])
+        # the footer spans each batch's store times, which the ordering step picks batches by
+        assert spans == [NarrowSpan(b["store_timestamp"][0].as_py(), b["store_timestamp"][-1].as_py(), b.num_rows)
+                         for b in batches]  # fmt: skip
+        narrow = pa.Table.from_batches(batches, schema=reader.schema)
         assert narrow.schema.equals(NARROW_SCHEMA), narrow.schema
         scratch = pa.ipc.open_file(pa.memory_map(str(root / target.scratch_file(split))))
         assert scratch.schema.names == SCRATCH_COLUMNS

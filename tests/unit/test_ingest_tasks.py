@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 
 import pyarrow as pa
@@ -12,10 +13,21 @@ import pytest
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.msgid import offset_msg_id
 from rmqlake.formats.segment import place_records, segment_file_name, segment_start
+from rmqlake.ingest import scratch as scratch_module
 from rmqlake.ingest import tasks as tasks_module
 from rmqlake.ingest.lines import ParseOptions
 from rmqlake.ingest.plan import APPEND_ORDER, PartitionStart, append_order_bounds, stats_rows
-from rmqlake.ingest.scratch import NARROW_SCHEMA, IngestTarget, fetch_messages, read_ordered
+from rmqlake.ingest.scratch import (
+    NARROW_SCHEMA,
+    NARROW_SPANS_KEY,
+    AtomicArrowFile,
+    IngestTarget,
+    NarrowSpan,
+    fetch_messages,
+    open_narrow_file,
+    read_ordered,
+    write_narrow_file,
+)
 from rmqlake.ingest.tasks import SplitTask, order_partition, parse_split, write_partition
 
 OPTIONS = ParseOptions(
@@ -73,9 +85,9 @@ def _parse_inputs(root, inputs: dict[str, tuple[int, int, int]]):
 
 @pytest.fixture
 def parsed(tmp_path, monkeypatch):
-    """Two inputs whose timestamps interleave, parsed into scratch files with small row groups."""
+    """Two inputs whose timestamps interleave, parsed into scratch and narrow files of small batches."""
     monkeypatch.setattr(tasks_module, "SCRATCH_BATCH_ROWS", 16)
-    monkeypatch.setattr(tasks_module, "NARROW_ROW_GROUP_ROWS", 8)
+    monkeypatch.setattr(scratch_module, "NARROW_BATCH_ROWS", 8)
     return _parse_inputs(tmp_path, {"a.jsonl": (1_000, 120, 25), "b.jsonl": (1_001, 90, 40)})
 
 
@@ -91,14 +103,14 @@ def test_a_split_writes_its_messages_narrow_rows_and_rejected_lines(parsed):
     assert listed == [
         "messages/split-000000.arrow",
         "messages/split-000001.arrow",
-        "narrow/split-000000.parquet",
-        "narrow/split-000001.parquet",
+        "narrow/split-000000.arrow",
+        "narrow/split-000001.arrow",
     ]  # no temporary files left
     scratch = pa.ipc.open_file(storage.open_mapped(target.scratch_file(0)))
     assert scratch.num_record_batches == 8 and scratch.read_all().column("source_line").to_pylist() == [
         line for line in range(1, 121) if line % 25
     ]
-    narrow = pq.read_table(storage.file_path(target.narrow_file(0)))
+    narrow = read_narrow(storage, target.narrow_file(0))
     places = list(zip(narrow.column("scratch_batch").to_pylist(), narrow.column("scratch_row").to_pylist()))
     assert [scratch.get_batch(b).column("source_line")[r].as_py() for b, r in places] == narrow.column(
         "source_line"
@@ -111,12 +123,48 @@ def test_a_split_writes_its_messages_narrow_rows_and_rejected_lines(parsed):
     assert rejected.column("raw").to_pylist()[0] == "{not json"
 
 
+def read_narrow(storage, relative: str) -> pa.Table:
+    return open_narrow_file(storage, relative)[0].read_all()
+
+
+def test_a_narrow_files_footer_spans_each_batchs_store_times(parsed):
+    target, tasks, _ = parsed
+    storage = target.storage()
+    for task in tasks:
+        reader, spans = open_narrow_file(storage, target.narrow_file(task.index))
+        assert reader.schema.equals(NARROW_SCHEMA) and len(spans) > 3
+        batches = [reader.get_batch(index) for index in range(reader.num_record_batches)]
+        assert spans == [
+            NarrowSpan(b.column("store_timestamp")[0].as_py(), b.column("store_timestamp")[-1].as_py(), b.num_rows)
+            for b in batches
+        ]
+        assert all(b.num_rows == 8 for b in batches[:-1])
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        (None, "without its batches' store times"),
+        ({NARROW_SPANS_KEY: "[[1, 1, 1]]"}, "1 store-time spans for 2 batches"),
+    ],
+)
+def test_a_narrow_file_whose_footer_does_not_span_its_batches_is_refused(tmp_path, metadata, message):
+    target = _target(tmp_path)
+    storage = target.storage()
+    file = AtomicArrowFile(storage, target.narrow_file(0), metadata=metadata)
+    file.write(NARROW_SCHEMA.empty_table(), max_rows=8)
+    file.write(pa.Table.from_pylist([{"store_timestamp": t} for t in (1, 2, 3)], schema=NARROW_SCHEMA), max_rows=2)
+    file.close()
+    with pytest.raises(RuntimeError, match=message):
+        open_narrow_file(storage, target.narrow_file(0))
+
+
 def test_a_partition_is_placed_fetched_and_written_in_offset_order(parsed):
     target, tasks, _ = parsed
     storage = target.storage()
-    narrow = pa.concat_tables(
-        pq.read_table(storage.file_path(target.narrow_file(task.index))) for task in tasks
-    ).sort_by([(column, "ascending") for column in APPEND_ORDER])
+    narrow = pa.concat_tables(read_narrow(storage, target.narrow_file(task.index)) for task in tasks).sort_by(
+        [(column, "ascending") for column in APPEND_ORDER]
+    )
     start = PartitionStart(physical_offset=1000, rr_counters={"Orders": 2}, queue_offsets={("Orders", 1): 40})
     written = [
         row
@@ -170,16 +218,16 @@ def test_fetch_refuses_a_placement_listing_lines_the_scratch_lacks(parsed):
 
 @pytest.mark.parametrize("partitions", [1, 3, 7])
 def test_ranges_gather_every_narrow_row_once_in_append_order(tmp_path, monkeypatch, partitions):
-    """Three files whose timestamps tie (ties go by file, then line) and interleave, in row groups of 8 rows."""
-    monkeypatch.setattr(tasks_module, "NARROW_ROW_GROUP_ROWS", 8)
+    """Three files whose timestamps tie (ties go by file, then line) and interleave, in batches of 8 rows."""
+    monkeypatch.setattr(scratch_module, "NARROW_BATCH_ROWS", 8)
     target, tasks, _ = _parse_inputs(
         tmp_path, {"a.jsonl": (1_000, 120, 25), "b.jsonl": (1_000, 90, 40), "c.jsonl": (1_101, 60, 1000)}
     )
     storage = target.storage()
     files = [target.narrow_file(task.index) for task in tasks]
-    narrow = pa.concat_tables(pq.read_table(storage.file_path(path)) for path in files)
-    assert all(pq.ParquetFile(storage.file_path(path)).num_row_groups > 3 for path in files)
-    bounds = append_order_bounds([pq.read_metadata(storage.file_path(path)) for path in files], partitions)
+    narrow = pa.concat_tables(read_narrow(storage, path) for path in files)
+    assert all(open_narrow_file(storage, path)[0].num_record_batches > 3 for path in files)
+    bounds = append_order_bounds([span for path in files for span in open_narrow_file(storage, path)[1]], partitions)
     assert len(bounds) == partitions - 1 and bounds == sorted(bounds)
 
     counts = [
@@ -206,6 +254,26 @@ def test_ranges_gather_every_narrow_row_once_in_append_order(tmp_path, monkeypat
     messages = [row.value for rows in counts for row in rows if row.kind == "messages"]
     assert messages == [rows.num_rows for rows in ordered]
     assert max(messages) <= 1.5 * narrow.num_rows / partitions  # about equal ranges
+
+
+@pytest.mark.parametrize("bounds", [[4, 5, 9], [2, 4, 8], [5, 6, 7], [9, 10, 11]])
+def test_a_range_takes_exactly_its_store_times_where_batches_end_on_its_bounds(tmp_path, monkeypatch, bounds):
+    """Batches of 4 rows whose first or last store time is a bound, or tie across a batch's end."""
+    monkeypatch.setattr(scratch_module, "NARROW_BATCH_ROWS", 4)
+    target = _target(tmp_path)
+    stamps = [1, 2, 3, 4, 4, 5, 6, 7, 8, 9, 9, 9, 10]  # batches: 1-4, 4-7, 8-9, 10
+    rows = [{"store_timestamp": stamp, "source_line": line} for line, stamp in enumerate(stamps)]
+    write_narrow_file(target.storage(), target.narrow_file(0), pa.Table.from_pylist(rows, schema=NARROW_SCHEMA))
+    edges = [None, *bounds, None]
+    for partition, (low, high) in enumerate(itertools.pairwise(edges)):
+        gathered = tasks_module._gather_range(
+            partition, bounds=bounds, narrow_files=[target.narrow_file(0)], target=target
+        )
+        assert gathered.column("source_line").to_pylist() == [
+            line
+            for line, stamp in enumerate(stamps)
+            if (low is None or stamp >= low) and (high is None or stamp < high)
+        ], (low, high)
 
 
 def test_a_truncated_gzip_input_keeps_its_lines_and_rejects_where_it_breaks(tmp_path):

@@ -14,7 +14,6 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from rmqlake.formats.msgid import offset_msg_ids_with_prefix
 from rmqlake.formats.properties import serialize_properties
@@ -22,6 +21,7 @@ from rmqlake.formats.record import consumes_queue_offsets
 from rmqlake.formats.schedule import REAL_QID
 from rmqlake.formats.segment import next_segment_start, place_records, segment_start
 from rmqlake.ingest.lines import REAL_QID_PLACEHOLDER
+from rmqlake.ingest.scratch import NarrowSpan
 from rmqlake.lake.tables import COMMITLOG, columns
 
 # file_rank: the input file's position in path order, so ordering by it orders by path. A delivery row (kind 1)
@@ -31,25 +31,19 @@ APPEND_ORDER = ("store_timestamp", "kind", "origin_timestamp", "file_rank", "sou
 MESSAGE_ROW, DELIVERY_ROW = 0, 1
 
 
-def append_order_bounds(footers: Iterable[pq.FileMetaData], partitions: int) -> list[int]:
+def append_order_bounds(spans: Iterable[NarrowSpan], partitions: int) -> list[int]:
     """``partitions - 1`` store timestamps cutting the messages into ranges of about equal size.
 
     Partition ``i`` holds the messages with ``bounds[i-1] <= store_timestamp
     < bounds[i]``, so every message of one timestamp is in one partition and
     partition ``i`` precedes ``i + 1`` in the append order. The bounds come
-    from the narrow files' row-group statistics (each split's rows are
-    sorted), read on the driver: a few numbers per row group, no rows.
+    from the store-time spans of the narrow files' batches (each split's rows
+    are sorted), which their footers list: a few numbers per batch, no rows.
     """
-    groups = []  # (min, max, rows) of every row group
-    for footer in footers:
-        column = footer.schema.names.index("store_timestamp")
-        for index in range(footer.num_row_groups):
-            group = footer.row_group(index)
-            stats = group.column(column).statistics
-            groups.append((stats.min, stats.max, group.num_rows))
+    groups = [(span.first, span.last, span.rows) for span in spans]  # (min, max, rows) of every batch
     if partitions <= 1 or not groups:
         return []
-    # Spread each row group's rows evenly over its timestamp range, then take the quantiles.
+    # Spread each batch's rows evenly over its timestamp range, then take the quantiles.
     lows = np.array([g[0] for g in groups], dtype=np.float64)
     highs = np.array([g[1] for g in groups], dtype=np.float64)
     rows = np.array([g[2] for g in groups], dtype=np.float64)

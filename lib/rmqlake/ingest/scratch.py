@@ -1,11 +1,12 @@
 """A run's scratch files and the writers that put every task file in place atomically.
 
 Between the parse and the write, a split's messages wait in an Arrow IPC scratch file and their narrow rows
-(what ordering and placing need) in a small Parquet file; ``IngestTarget`` names them all.
+(what ordering and placing need) in a small Arrow IPC file; ``IngestTarget`` names them all.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,7 +54,11 @@ NARROW_SCHEMA = pa.schema(
 SCRATCH_COLUMNS = ["source_line", *MESSAGE_TYPES]
 _SCRATCH_FIELDS = [("source_line", pa.int64()), *MESSAGE_FIELDS]
 SCRATCH_BATCH_ROWS = 2048
-NARROW_ROW_GROUP_ROWS = 8192  # ~300 KB: the unit the ordering step reads, and the grain of its range bounds
+NARROW_BATCH_ROWS = 8192  # ~300 KB: the unit the ordering step reads, and the grain of its range bounds
+# A narrow file's footer key: per batch, the store times of its first and last rows and its rows, as JSON
+# ``[[first, last, rows], ...]``. The rows are sorted by the append order, store time first, so the ordering
+# step learns which batches reach into a range, and the driver the ranges' bounds, from the footers alone.
+NARROW_SPANS_KEY = "rmqlake.store_time_spans"
 
 
 def appended_narrow_rows(
@@ -120,7 +125,7 @@ class IngestTarget:
         return f"{self.scratch_dir}/messages/split-{split:06d}.arrow"
 
     def narrow_file(self, split: int) -> str:
-        return f"{self.scratch_dir}/narrow/split-{split:06d}.parquet"
+        return f"{self.scratch_dir}/narrow/split-{split:06d}.arrow"
 
     def undecided_file(self, split: int) -> str:
         """The lines of a split the JVM parser left to the per-line parser (``IngestParse``)."""
@@ -156,10 +161,11 @@ class AtomicFile:
 
 
 class AtomicArrowFile(AtomicFile):
-    """An Arrow IPC file, written batch after batch."""
+    """An Arrow IPC file, written batch after batch; ``metadata`` goes into its footer."""
 
-    def __init__(self, storage: Storage, relative: str):
+    def __init__(self, storage: Storage, relative: str, *, metadata: dict[str, str] | None = None):
         super().__init__(storage, relative)
+        self.metadata = metadata
         self.batches = 0
         self._stream = None
         self._writer = None
@@ -171,7 +177,7 @@ class AtomicArrowFile(AtomicFile):
             batch = batch.to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], schema=batch.schema)
         if self._writer is None:
             self._stream = self.storage.fs.open_output_stream(self._temporary_path())
-            self._writer = pa.ipc.new_file(self._stream, batch.schema)
+            self._writer = pa.ipc.new_file(self._stream, batch.schema, metadata=self.metadata)
         for start in range(0, batch.num_rows, max_rows):
             self._writer.write_batch(batch.slice(start, max_rows))
             self.batches += 1
@@ -207,6 +213,43 @@ class AtomicParquet(AtomicFile):
             return
         self.writer.close()
         self._complete()
+
+
+@dataclass(frozen=True)
+class NarrowSpan:
+    """A batch of a narrow file: the store times of its first and last rows, and its rows."""
+
+    first: int
+    last: int
+    rows: int
+
+
+def write_narrow_file(storage: Storage, relative: str, rows: pa.Table) -> None:
+    """A split's narrow rows (``NARROW_SCHEMA``, sorted by the append order) as an Arrow IPC file of
+    ``NARROW_BATCH_ROWS``-row batches, each batch's ``NarrowSpan`` in its footer (``NARROW_SPANS_KEY``)."""
+    stamps = rows.column("store_timestamp")
+    if stamps.null_count:
+        raise ValueError(f"{relative}: narrow rows without a store time")
+    stamps = stamps.to_numpy()
+    spans = []
+    for first in range(0, rows.num_rows, NARROW_BATCH_ROWS):
+        stop = min(first + NARROW_BATCH_ROWS, rows.num_rows)
+        spans.append([int(stamps[first]), int(stamps[stop - 1]), stop - first])
+    file = AtomicArrowFile(storage, relative, metadata={NARROW_SPANS_KEY: json.dumps(spans)})
+    file.write(rows, max_rows=NARROW_BATCH_ROWS)
+    file.close()
+
+
+def open_narrow_file(storage: Storage, relative: str) -> tuple[pa.ipc.RecordBatchFileReader, list[NarrowSpan]]:
+    """A narrow file (memory-mapped on a local disk) and its batches' spans, read from its footer."""
+    reader = pa.ipc.open_file(storage.open_mapped(relative))
+    listed = (reader.metadata or {}).get(NARROW_SPANS_KEY.encode())
+    if listed is None:
+        raise RuntimeError(f"{relative}: a narrow file without its batches' store times ({NARROW_SPANS_KEY})")
+    spans = [NarrowSpan(int(first), int(last), int(rows)) for first, last, rows in json.loads(listed)]
+    if len(spans) != reader.num_record_batches:
+        raise RuntimeError(f"{relative}: {len(spans)} store-time spans for {reader.num_record_batches} batches")
+    return reader, spans
 
 
 def read_ordered(target: IngestTarget, partition: int) -> list[pa.RecordBatch]:

@@ -109,7 +109,6 @@ from rmqlake.ingest.plan import (
     stats_rows,
 )
 from rmqlake.ingest.scratch import (
-    NARROW_ROW_GROUP_ROWS,
     NARROW_SCHEMA,
     SCRATCH_BATCH_ROWS,
     SCRATCH_COLUMNS,
@@ -117,7 +116,9 @@ from rmqlake.ingest.scratch import (
     AtomicParquet,
     IngestTarget,
     fetch_messages,
+    open_narrow_file,
     read_ordered,
+    write_narrow_file,
 )
 from rmqlake.ingest.transactions import (
     END_LINES,
@@ -388,18 +389,10 @@ def _narrow_rows(
 
 
 def _write_narrow(storage: Storage, relative: str, batches: list[pa.RecordBatch]) -> None:
-    """A split's narrow rows sorted by the append order (one file: one ``file_rank``), in row groups whose
-    ``store_timestamp`` statistics let each range of the ordering step read only its part."""
-    rows = pa.Table.from_batches(batches).sort_by([(name, "ascending") for name in APPEND_ORDER])
-    writer = AtomicParquet(
-        storage,
-        relative,
-        row_group_size=NARROW_ROW_GROUP_ROWS,
-        compression="none",
-        write_statistics=["store_timestamp"],
-    )
-    writer.write(rows)
-    writer.close()
+    """A split's narrow rows sorted by the append order (one file: one ``file_rank``), in batches whose store-time
+    spans, listed in the footer, let each range of the ordering step read only its part."""
+    rows = pa.Table.from_batches(batches, schema=NARROW_SCHEMA).sort_by([(name, "ascending") for name in APPEND_ORDER])
+    write_narrow_file(storage, relative, rows)
 
 
 def _write_rejected(storage: Storage, target: IngestTarget, split: int, pieces: list[pa.RecordBatch]) -> None:
@@ -489,25 +482,20 @@ def _gather_range(partition: int, *, bounds: list[int], narrow_files: list[str],
     storage = target.storage()
     pieces = []
     for relative in narrow_files:
-        narrow = pq.ParquetFile(storage.file_path(relative), filesystem=storage.fs)
-        column = narrow.schema_arrow.names.index("store_timestamp")
-        groups = []
-        for index in range(narrow.metadata.num_row_groups):
-            stats = narrow.metadata.row_group(index).column(column).statistics
-            if (low is None or stats.max >= low) and (high is None or stats.min < high):
-                groups.append(index)
-        if not groups:
-            continue
-        rows = narrow.read_row_groups(groups)
-        stamps = rows.column("store_timestamp")
-        inside = None
-        if low is not None:
-            inside = pc.greater_equal(stamps, low)
-        if high is not None:
-            below = pc.less(stamps, high)
-            inside = below if inside is None else pc.and_(inside, below)
-        pieces.append(rows if inside is None else rows.filter(inside))
-    return pa.concat_tables(pieces) if pieces else NARROW_SCHEMA.empty_table()
+        narrow, spans = open_narrow_file(storage, relative)
+        for index, span in enumerate(spans):
+            if (low is not None and span.last < low) or (high is not None and span.first >= high):
+                continue
+            rows = narrow.get_batch(index)
+            stamps = rows.column("store_timestamp")
+            inside = None
+            if low is not None and span.first < low:
+                inside = pc.greater_equal(stamps, low)
+            if high is not None and span.last >= high:
+                below = pc.less(stamps, high)
+                inside = below if inside is None else pc.and_(inside, below)
+            pieces.append(rows if inside is None else rows.filter(inside))
+    return pa.Table.from_batches(pieces, schema=NARROW_SCHEMA)
 
 
 def _resolve_origin_turns(
@@ -1030,14 +1018,16 @@ def parse_splits(
 def order_partitions(
     spark, target: IngestTarget, splits: list[int], *, partitions: int, options: ParseOptions, clock: int
 ) -> tuple[list, list[int]]:
-    """Range bounds from the narrow files' footers, then ``order_partition`` per range.
+    """Range bounds from the narrow files' footers (their batches' store-time spans), then ``order_partition``
+    per range.
 
     Returns the partitions' counts (``StatsRow``s) and the bounds.
     """
     storage = target.storage()
     narrow_files = [target.narrow_file(split) for split in splits]
-    footers = [pq.read_metadata(storage.file_path(path), filesystem=storage.fs) for path in narrow_files]
-    bounds = append_order_bounds(footers, partitions)
+    bounds = append_order_bounds(
+        (span for path in narrow_files for span in open_narrow_file(storage, path)[1]), partitions
+    )
     queue_counts, default_count = options.queue_counts, options.default_queue_count
 
     def order(partition: int) -> list[StatsRow]:

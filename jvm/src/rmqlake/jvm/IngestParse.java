@@ -19,7 +19,7 @@ import org.apache.spark.api.java.JavaSparkContext;
  *
  * <ul>
  *   <li>the scratch file: the messages, in the scratch schema (Arrow IPC, batches of {@link SplitScratch#BATCH_ROWS});
- *   <li>the narrow file: their narrow rows in the append order ({@link NarrowRows}, Parquet);
+ *   <li>the narrow file: their narrow rows in the append order ({@link NarrowRows}, Arrow IPC);
  *   <li>the undecided file: the lines left to the per-line parser (line number and bytes, Arrow IPC).
  * </ul>
  *
@@ -76,7 +76,6 @@ public final class IngestParse {
             }
             if (counts[1] > 0) {
                 Path narrowTemporary = temporary(narrowPath, temporaries);
-                Files.delete(narrowTemporary); // the Parquet writer creates it
                 narrow.write(narrowTemporary);
                 place(narrowTemporary, narrowPath);
                 place(scratchTemporary, scratch);

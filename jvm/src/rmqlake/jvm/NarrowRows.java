@@ -1,69 +1,72 @@
 package rmqlake.jvm;
 
+import java.io.BufferedOutputStream;
 import java.io.IOException;
+import java.io.OutputStream;
+import java.nio.channels.Channels;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
-import org.apache.hadoop.conf.Configuration;
-import org.apache.parquet.hadoop.ParquetWriter;
-import org.apache.parquet.hadoop.api.WriteSupport;
-import org.apache.parquet.hadoop.metadata.CompressionCodecName;
-import org.apache.parquet.io.LocalOutputFile;
-import org.apache.parquet.io.OutputFile;
-import org.apache.parquet.io.api.Binary;
-import org.apache.parquet.io.api.RecordConsumer;
-import org.apache.parquet.schema.MessageType;
-import org.apache.parquet.schema.MessageTypeParser;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.BigIntVector;
+import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.IntVector;
+import org.apache.arrow.vector.TinyIntVector;
+import org.apache.arrow.vector.VarCharVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ArrowFileWriter;
+import org.apache.arrow.vector.types.pojo.ArrowType;
+import org.apache.arrow.vector.types.pojo.Field;
+import org.apache.arrow.vector.types.pojo.FieldType;
+import org.apache.arrow.vector.types.pojo.Schema;
 
 /**
  * The narrow rows of a split's accepted messages (what ordering and placing need), written as the split's narrow
- * Parquet file: {@code NARROW_SCHEMA} of {@code rmqlake.ingest.scratch}, which owns it (the tests read both
- * routes' files with it), sorted by the append order, in row groups of {@link #ROW_GROUP_ROWS} rows.
+ * file: Arrow IPC in {@code NARROW_SCHEMA} of {@code rmqlake.ingest.scratch}, which owns it (the tests read both
+ * routes' files with it), sorted by the append order, in batches of {@link #BATCH_ROWS} rows, with each batch's
+ * store-time span in the footer ({@link #SPANS_KEY}).
  *
  * <p>Every row is an input message of one file ({@code kind} 0, {@code origin_timestamp} its store time): within a
  * split the append order is store time, then line. Lines the JVM accepts are never re-routed, so no row has a due
  * time, a delay level or a parent, and a message sent without a queue takes a turn of its own topic.
  */
 final class NarrowRows {
-    /** {@code NARROW_ROW_GROUP_ROWS} of the Python package: the unit the ordering step reads. */
-    static final int ROW_GROUP_ROWS = 8192;
+    /** {@code NARROW_BATCH_ROWS} of the Python package: the unit the ordering step reads. */
+    static final int BATCH_ROWS = 8192;
+    /** {@code NARROW_SPANS_KEY} of the Python package: per batch, its first and last store times and its rows. */
+    static final String SPANS_KEY = "rmqlake.store_time_spans";
     private static final int NO_QUEUE = Integer.MIN_VALUE;
-    static final MessageType SCHEMA = MessageTypeParser.parseMessageType(String.join("\n",
-            "message narrow {",
-            "  optional int32 split;",
-            "  optional int32 file_rank;",
-            "  optional int64 source_line;",
-            "  optional int64 store_timestamp;",
-            "  optional binary topic (STRING);",
-            "  optional int32 queue_id;",
-            "  optional int32 sys_flag;",
-            "  optional int32 total_size;",
-            "  optional int32 scratch_batch;",
-            "  optional int32 scratch_row;",
-            "  optional int32 kind (INTEGER(8,true));",
-            "  optional int64 origin_timestamp;",
-            "  optional binary rr_topic (STRING);",
-            "  optional int64 due;",
-            "  optional int32 level;",
-            "  optional int32 origin_partition;",
-            "  optional int64 origin_turn;",
-            "  optional int64 parent_timestamp;",
-            "  optional int32 parent_rank;",
-            "  optional int64 parent_line;",
-            "}"));
+    static final Schema SCHEMA = new Schema(List.of(
+            integer("split", 32), integer("file_rank", 32), integer("source_line", 64), integer("store_timestamp", 64),
+            text("topic"), integer("queue_id", 32), integer("sys_flag", 32), integer("total_size", 32),
+            integer("scratch_batch", 32), integer("scratch_row", 32), integer("kind", 8),
+            integer("origin_timestamp", 64), text("rr_topic"), integer("due", 64), integer("level", 32),
+            integer("origin_partition", 32), integer("origin_turn", 64), integer("parent_timestamp", 64),
+            integer("parent_rank", 32), integer("parent_line", 64)));
+
+    private static Field integer(String name, int bits) {
+        return new Field(name, FieldType.nullable(new ArrowType.Int(bits, true)), null);
+    }
+
+    private static Field text(String name) {
+        return new Field(name, FieldType.nullable(ArrowType.Utf8.INSTANCE), null);
+    }
 
     private final int split;
     private final int fileRank;
     private int count;
     private long[] sourceLines = new long[1024];
     private long[] storeTimestamps = new long[1024];
-    private Binary[] topics = new Binary[1024];
+    private byte[][] topics = new byte[1024][];
     private int[] queueIds = new int[1024];
     private int[] sysFlags = new int[1024];
     private int[] totalSizes = new int[1024];
-    private final Map<String, Binary> topicBytes = new HashMap<>();
+    private final Map<String, byte[]> topicBytes = new HashMap<>();
 
     NarrowRows(int split, int fileRank) {
         this.split = split;
@@ -86,8 +89,7 @@ final class NarrowRows {
         }
         sourceLines[count] = sourceLine;
         storeTimestamps[count] = message.storeTimestamp;
-        topics[count] = topicBytes.computeIfAbsent(
-                message.topic, topic -> Binary.fromConstantByteArray(topic.getBytes(StandardCharsets.UTF_8)));
+        topics[count] = topicBytes.computeIfAbsent(message.topic, topic -> topic.getBytes(StandardCharsets.UTF_8));
         queueIds[count] = message.queueId == null ? NO_QUEUE : message.queueId;
         sysFlags[count] = message.sysFlag;
         totalSizes[count] = message.totalSize;
@@ -117,103 +119,63 @@ final class NarrowRows {
         return rows;
     }
 
+    /** The rows in the append order as an Arrow IPC file at {@code path}. */
     void write(Path path) throws IOException {
-        try (ParquetWriter<Integer> writer = new Builder(new LocalOutputFile(path), this)
-                .withCompressionCodec(CompressionCodecName.UNCOMPRESSED)
-                .withRowGroupRowCountLimit(ROW_GROUP_ROWS)
-                .withStatisticsEnabled(false)
-                .withStatisticsEnabled("store_timestamp", true)
-                // numbers are written plain (dictionaries of mostly distinct values cost time and save nothing)
-                .withDictionaryEncoding(false)
-                .withDictionaryEncoding("topic", true)
-                .withDictionaryEncoding("rr_topic", true)
-                .build()) {
-            for (int row : appendOrder()) {
-                writer.write(row);
+        int[] order = appendOrder();
+        StringBuilder spans = new StringBuilder("[");
+        for (int first = 0; first < count; first += BATCH_ROWS) {
+            int last = Math.min(first + BATCH_ROWS, count) - 1;
+            spans.append(first == 0 ? "[" : ",[").append(storeTimestamps[order[first]]).append(',')
+                    .append(storeTimestamps[order[last]]).append(',').append(last - first + 1).append(']');
+        }
+        spans.append(']');
+        try (BufferAllocator allocator = new RootAllocator();
+                VectorSchemaRoot root = VectorSchemaRoot.create(SCHEMA, allocator);
+                OutputStream out = new BufferedOutputStream(Files.newOutputStream(path), 1 << 20);
+                ArrowFileWriter writer = new ArrowFileWriter(
+                        root, null, Channels.newChannel(out), Map.of(SPANS_KEY, spans.toString()))) {
+            FieldVector[] v = root.getFieldVectors().toArray(new FieldVector[0]);
+            for (FieldVector vector : v) {
+                vector.setInitialCapacity(Math.min(count, BATCH_ROWS));
             }
+            root.allocateNew();
+            writer.start();
+            for (int first = 0; first < count; first += BATCH_ROWS) {
+                int rows = Math.min(BATCH_ROWS, count - first);
+                for (int j = 0; j < rows; j++) {
+                    batchRow(v, j, order[first + j]);
+                }
+                root.setRowCount(rows); // the columns not set (due, level, origin_*, parent_*) are null
+                writer.writeBatch();
+                for (FieldVector vector : v) {
+                    vector.reset();
+                }
+            }
+            writer.end();
         }
     }
 
-    private static final class Builder extends ParquetWriter.Builder<Integer, Builder> {
-        private final NarrowRows rows;
-
-        Builder(OutputFile file, NarrowRows rows) {
-            super(file);
-            this.rows = rows;
+    /** Row {@code i} of the arrays as row {@code j} of the batch's vectors (a null field is not set). */
+    private void batchRow(FieldVector[] v, int j, int i) {
+        ((IntVector) v[0]).setSafe(j, split);
+        ((IntVector) v[1]).setSafe(j, fileRank);
+        ((BigIntVector) v[2]).setSafe(j, sourceLines[i]);
+        ((BigIntVector) v[3]).setSafe(j, storeTimestamps[i]);
+        ((VarCharVector) v[4]).setSafe(j, topics[i]);
+        boolean noQueue = queueIds[i] == NO_QUEUE;
+        if (!noQueue) {
+            ((IntVector) v[5]).setSafe(j, queueIds[i]);
         }
-
-        @Override
-        protected Builder self() {
-            return this;
-        }
-
-        @Override
-        protected WriteSupport<Integer> getWriteSupport(Configuration conf) {
-            return new RowWriter(rows);
-        }
-    }
-
-    /** Writes row i of the arrays, field by field (a null field is not written). */
-    private static final class RowWriter extends WriteSupport<Integer> {
-        private final NarrowRows rows;
-        private RecordConsumer out;
-
-        RowWriter(NarrowRows rows) {
-            this.rows = rows;
-        }
-
-        @Override
-        public WriteContext init(Configuration configuration) {
-            return new WriteContext(SCHEMA, Map.of());
-        }
-
-        @Override
-        public void prepareForWrite(RecordConsumer recordConsumer) {
-            out = recordConsumer;
-        }
-
-        @Override
-        public void write(Integer boxed) {
-            int i = boxed;
-            NarrowRows r = rows;
-            out.startMessage();
-            integer(0, "split", r.split);
-            integer(1, "file_rank", r.fileRank);
-            bigint(2, "source_line", r.sourceLines[i]);
-            bigint(3, "store_timestamp", r.storeTimestamps[i]);
-            text(4, "topic", r.topics[i]);
-            boolean noQueue = r.queueIds[i] == NO_QUEUE;
-            if (!noQueue) {
-                integer(5, "queue_id", r.queueIds[i]);
-            }
-            integer(6, "sys_flag", r.sysFlags[i]);
-            integer(7, "total_size", r.totalSizes[i]);
-            integer(8, "scratch_batch", i / SplitScratch.BATCH_ROWS);
-            integer(9, "scratch_row", i % SplitScratch.BATCH_ROWS);
-            integer(10, "kind", 0);
-            bigint(11, "origin_timestamp", r.storeTimestamps[i]);
-            if (noQueue) {
-                text(12, "rr_topic", r.topics[i]); // a round-robin turn of its own topic
-            }
-            out.endMessage(); // due, level, origin_* and parent_* are null
-        }
-
-        private void integer(int index, String name, int value) {
-            out.startField(name, index);
-            out.addInteger(value);
-            out.endField(name, index);
-        }
-
-        private void bigint(int index, String name, long value) {
-            out.startField(name, index);
-            out.addLong(value);
-            out.endField(name, index);
-        }
-
-        private void text(int index, String name, Binary value) {
-            out.startField(name, index);
-            out.addBinary(value);
-            out.endField(name, index);
+        ((IntVector) v[6]).setSafe(j, sysFlags[i]);
+        ((IntVector) v[7]).setSafe(j, totalSizes[i]);
+        ((IntVector) v[8]).setSafe(j, i / SplitScratch.BATCH_ROWS);
+        ((IntVector) v[9]).setSafe(j, i % SplitScratch.BATCH_ROWS);
+        ((TinyIntVector) v[10]).setSafe(j, 0);
+        ((BigIntVector) v[11]).setSafe(j, storeTimestamps[i]);
+        if (noQueue) {
+            ((VarCharVector) v[12]).setSafe(j, topics[i]); // a round-robin turn of its own topic
+        } else {
+            ((VarCharVector) v[12]).setNull(j);
         }
     }
 }
