@@ -40,13 +40,13 @@ def append_order_bounds(spans: Iterable[NarrowSpan], partitions: int) -> list[in
     from the store-time spans of the narrow files' batches (each split's rows
     are sorted), which their footers list: a few numbers per batch, no rows.
     """
-    groups = [(span.first, span.last, span.rows) for span in spans]  # (min, max, rows) of every batch
-    if partitions <= 1 or not groups:
+    spans = list(spans)
+    if partitions <= 1 or not spans:
         return []
     # Spread each batch's rows evenly over its timestamp range, then take the quantiles.
-    lows = np.array([g[0] for g in groups], dtype=np.float64)
-    highs = np.array([g[1] for g in groups], dtype=np.float64)
-    rows = np.array([g[2] for g in groups], dtype=np.float64)
+    lows = np.array([span.first for span in spans], dtype=np.float64)
+    highs = np.array([span.last for span in spans], dtype=np.float64)
+    rows = np.array([span.rows for span in spans], dtype=np.float64)
     points = np.unique(np.concatenate([lows, highs]))
     below = np.zeros(len(points))  # rows with a timestamp below each point
     for low, high, count in zip(lows, highs, rows, strict=True):
