@@ -3,6 +3,7 @@ its way (proof the checks can fail). Real Spark DataFrames through GX's Spark da
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections import defaultdict
@@ -66,15 +67,33 @@ def tables(spark, lake_settings):
     return {name: value.cache() if name in names else value for name, value in inputs.items()}
 
 
-def failures(spark, settings, suite_name: str, tables: dict, tmp_path) -> dict[str, dict]:
-    """The failed expectations of one suite on ``tables``: description -> observed result."""
+def failures(spark, settings, suite_name: str, tables: dict, tmp_path, *, only: str | None = None) -> dict[str, dict]:
+    """The failed expectations of one suite on ``tables``: description -> observed result.
+
+    ``only``: validate just the expectation of that description, on the suite's whole frame. A corruption test
+    asks whether its own expectation fails; GX spends Spark jobs on each expectation it validates."""
     suite = SUITES[suite_name]
+    expectations = suite.expectations(settings)
+    if only is not None:
+        expectations = [e for e in expectations if e.description == only]
+        assert len(expectations) == 1, f"{suite_name} has no expectation {only!r}"
     frame = suite.frame(tables, settings).persist()
-    context = _context(tmp_path / "gx")
-    result = _validate(context, spark_source(context), suite, suite.expectations(settings), frame, settings)
+    result = _validate(gx_context(tmp_path), gx_source(tmp_path), suite, expectations, frame, settings)
     frame.unpersist()
-    assert len(result.results) == len(suite.expectations(settings))
+    assert len(result.results) == len(expectations)
     return {r.expectation_config.description: r.result for r in result.results if not r.success}
+
+
+@functools.cache
+def gx_context(tmp_path: Path):
+    """One GX project per test (opening one reads its files)."""
+    return _context(tmp_path / "gx")
+
+
+@functools.cache
+def gx_source(tmp_path: Path):
+    """Its Spark datasource, registered once (a registration rewrites the project's configuration)."""
+    return spark_source(gx_context(tmp_path))
 
 
 def expected_warnings(settings) -> dict[str, int]:
@@ -195,7 +214,8 @@ def test_each_commitlog_invariant_fails_on_its_corruption(spark, lake_settings, 
         F.when(F.col("physical_offset") == skipped, F.col("queue_offset") - 1).otherwise(F.col("queue_offset")),
     )
     for expected, corrupted in cases.items():
-        failed = failures(spark, lake_settings, "commitlog.critical", {**tables, "commitlog": corrupted}, tmp_path)
+        inputs = {**tables, "commitlog": corrupted}
+        failed = failures(spark, lake_settings, "commitlog.critical", inputs, tmp_path, only=expected)
         assert expected in failed, f"{expected!r} did not fail; failed: {list(failed)}"
         assert failed[expected]["unexpected_count"] >= 1 or failed[expected].get("observed_value") is not None
 
@@ -216,7 +236,8 @@ def test_segments_and_rejected_invariants_fail_on_their_corruption(spark, lake_s
         "an active segment exists": segments.withColumn("status", F.lit("sealed")),
     }
     for expected, corrupted in cases.items():
-        failed = failures(spark, lake_settings, "segments.critical", {**tables, "segments": corrupted}, tmp_path)
+        inputs = {**tables, "segments": corrupted}
+        failed = failures(spark, lake_settings, "segments.critical", inputs, tmp_path, only=expected)
         assert expected in failed, f"{expected!r} did not fail; failed: {list(failed)}"
     no_reason = rejected.withColumn(
         "reason", F.when(F.col("source_line") == rejected.first()["source_line"], F.lit(None)).otherwise("reason")
@@ -275,7 +296,7 @@ def test_consumequeue_and_indexfile_invariants_fail_on_their_corruption(spark, l
     }
     for expected, corrupted in cases.items():
         inputs = {**tables, "consumequeue": corrupted}
-        failed = failures(spark, lake_settings, "consumequeue.critical", inputs, tmp_path)
+        failed = failures(spark, lake_settings, "consumequeue.critical", inputs, tmp_path, only=expected)
         assert expected in failed, f"{expected!r} did not fail; failed: {list(failed)}"
 
     chained = index.where((F.col("prev_index") > 0) & (F.col("phy_offset") >= minimum)).orderBy("index_no").first()
@@ -292,7 +313,8 @@ def test_consumequeue_and_indexfile_invariants_fail_on_their_corruption(spark, l
         ),
     }
     for expected, corrupted in index_cases.items():
-        failed = failures(spark, lake_settings, "indexfile.critical", {**tables, "indexfile": corrupted}, tmp_path)
+        inputs = {**tables, "indexfile": corrupted}
+        failed = failures(spark, lake_settings, "indexfile.critical", inputs, tmp_path, only=expected)
         assert expected in failed, f"{expected!r} did not fail; failed: {list(failed)}"
     miscounted = headers.withColumn(
         "index_count",
@@ -322,7 +344,7 @@ def test_compaction_invariants_fail_on_their_corruption(spark, lake_settings, ta
     }
     for expected, corrupted in cases.items():
         inputs = {**tables, "compaction_log": corrupted}
-        failed = failures(spark, lake_settings, "compaction_log.critical", inputs, tmp_path)
+        failed = failures(spark, lake_settings, "compaction_log.critical", inputs, tmp_path, only=expected)
         assert expected in failed, f"{expected!r} did not fail; failed: {list(failed)}"
     missing = failures(
         spark, lake_settings, "compaction_log.critical", {**tables, "compaction_log": compacted.where(~this)}, tmp_path
