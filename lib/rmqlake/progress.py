@@ -17,11 +17,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Spark's local properties behind SparkContext.setJobGroup / setJobDescription (thread-local in the JVM).
 JOB_GROUP = "spark.jobGroup.id"
@@ -85,6 +87,22 @@ def _local_properties(context, values: dict[str, str | None]) -> Iterator[None]:
         if active_spark_context() is context:  # a stopped context has no properties left to restore
             for key, value in previous.items():
                 context.setLocalProperty(key, value)  # None removes the property
+
+
+def in_another_thread(function: Callable[..., T]) -> Callable[..., T]:
+    """``function`` to be called in another thread: the Spark jobs it starts there carry this thread's job group
+    and description (Spark's local properties are per thread), so they show in this job's progress lines."""
+    context = active_spark_context()
+    if context is None:
+        return function
+    properties = {key: context.getLocalProperty(key) for key in (JOB_GROUP, JOB_DESCRIPTION)}
+
+    def run(*args, **kwargs) -> T:
+        for key, value in properties.items():
+            context.setLocalProperty(key, value)
+        return function(*args, **kwargs)
+
+    return run
 
 
 @contextmanager

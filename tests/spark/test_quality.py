@@ -3,9 +3,11 @@ its way (proof the checks can fail). Real Spark DataFrames through GX's Spark da
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shutil
+import time
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,12 +20,20 @@ from rmqlake.cli import main
 from rmqlake.generate import TopicPlan, generate
 from rmqlake.lake import Lake
 from rmqlake.quality import report
-from rmqlake.quality.suites import SUITES
+from rmqlake.quality.suites import SUITES, Suite
 from rmqlake.steps.compact import compact
 from rmqlake.steps.expire import expire
 from rmqlake.steps.ingest import ingest
 from rmqlake.steps.offsets import lag, load_offsets
-from rmqlake.steps.quality import _context, _validate, project_dir, quality, spark_source, suite_inputs
+from rmqlake.steps.quality import (
+    _context,
+    _frames_ahead,
+    _validate,
+    project_dir,
+    quality,
+    spark_source,
+    suite_inputs,
+)
 from rmqlake.steps.reput import reput
 from rmqlake.timeutil import parse_timestamp
 from tests.conftest import CONF, make_settings
@@ -391,3 +401,49 @@ def test_expiry_and_producer_expectations_fail_on_their_corruption(spark, lake_s
     for expected, corrupted in cases.items():
         failed = failures(spark, lake_settings, "commitlog.warning", {**tables, "commitlog": corrupted}, tmp_path)
         assert list(failed) == [expected]
+
+
+def test_suite_frames_are_computed_one_ahead_and_every_one_is_released(spark):
+    """The job validates a suite while the next suite's frame is computed: at most two are kept, each is
+    released after its suite, and a failed validation releases its frame and the one computed ahead."""
+    built: dict[str, object] = {}
+
+    def suite(name: str) -> Suite:
+        def frame(tables, settings):
+            built[name] = spark.range(50).withColumn("suite", F.lit(name))
+            return built[name]
+
+        return Suite(name, ("commitlog",), frame, lambda settings: [])
+
+    def kept(name: str) -> bool:
+        return built[name].storageLevel.useMemory  # the cache manager's level: NONE once released
+
+    todo = [suite(f"s{n}.critical") for n in range(4)]
+    seen = []
+    with contextlib.closing(_frames_ahead(todo, {}, None)) as frames:
+        for each, frame in frames:
+            assert frame is built[each.name] and kept(each.name) and frame.count() == 50
+            assert [kept(name) for name in seen] == [False] * len(seen)  # the earlier suites' frames went
+            time.sleep(0.3)  # time for more than the next frame to be computed, were more asked for
+            assert sum(kept(name) for name in built) <= 2
+            seen.append(each.name)
+    assert seen == [s.name for s in todo] and not any(kept(name) for name in built)
+
+    def failing(tables, settings):  # a runtime error, as a corrupt file gives: GX reports it, as it always did
+        built["broken.critical"] = spark.range(5).withColumn("boom", F.raise_error(F.lit("a corrupt file")))
+        return built["broken.critical"]
+
+    broken = Suite("broken.critical", ("commitlog",), failing, lambda settings: [])
+    with contextlib.closing(_frames_ahead([broken, todo[0]], {}, None)) as frames:
+        assert [each.name for each, _ in frames] == ["broken.critical", "s0.critical"]
+    assert not any(kept(name) for name in built)
+
+    built.clear()
+    frames = _frames_ahead(todo, {}, None)
+    with pytest.raises(RuntimeError), contextlib.closing(frames):
+        for _ in frames:
+            time.sleep(0.3)  # the next frame is computed meanwhile
+            raise RuntimeError("a validation failed")
+    # this one, and the next unless its computing had not started yet (then it is cancelled); none later
+    assert "s0.critical" in built and set(built) <= {"s0.critical", "s1.critical"}
+    assert not any(kept(name) for name in built)

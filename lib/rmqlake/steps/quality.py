@@ -10,12 +10,16 @@ recorded are the versions checked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -25,10 +29,14 @@ from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table
 from rmqlake.lake.state import LakeState, QualityState, SuiteCheck
 from rmqlake.lake.tables import DQ_RESULTS
+from rmqlake.progress import in_another_thread
 from rmqlake.quality import report
 from rmqlake.quality.suites import CRITICAL, Suite, select_suites
 from rmqlake.steps.offsets import queue_bounds
 from rmqlake.steps.runner import StepRun, run_step
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 DATASOURCE = "rmqlake"
@@ -92,53 +100,28 @@ def _check(spark, settings, step: StepRun, chosen: list[Suite], *, docs_root) ->
     tables = suite_inputs(spark, lake, run.state, names)
     source = spark_source(context)
     rows = []
-    for suite in todo:
-        suite_started = time.monotonic()
-        # GX computes each expectation's metrics with their own Spark jobs: keep the frame instead of
-        # recomputing its joins, windows and recomputed byte rules for each of them. Persisted here, not by GX
-        # (see spark_source), so that it is released when its suite is done.
-        frame = suite.frame(tables, settings).persist()
-        try:
+    suite_started = time.monotonic()  # a suite's seconds include the wait for its frame
+    # closed on the way out of a failed suite too: that releases its frame and the next one
+    with contextlib.closing(_frames_ahead(todo, tables, settings)) as frames:
+        for suite, frame in frames:
             result = _validate(context, source, suite, suite.expectations(settings), frame, settings)
-        finally:
-            frame.unpersist()
-        failed = 0
-        for outcome in result.results:
-            config = outcome.expectation_config
-            observed = {
-                "type": config.type,
-                "kwargs": {k: v for k, v in config.kwargs.items() if k != "batch_id"},
-                **{k: v for k, v in (outcome.result or {}).items() if k != "partial_unexpected_index_list"},
-            }
-            failed += not outcome.success
-            rows.append(
-                {
-                    "run_id": run.run_id,
-                    "suite": suite.name,
-                    "table_name": suite.table,
-                    "expectation": config.description or config.type,
-                    "success": bool(outcome.success),
-                    "observed": json.dumps(observed, default=str, sort_keys=True),
-                    "severity": suite.severity,
-                    "table_version": versions[suite.table],
-                    "checked_at": now,
-                }
+            suite_rows = _result_rows(suite, result, run_id=run.run_id, table_version=versions[suite.table], now=now)
+            rows += suite_rows
+            failed = sum(not row["success"] for row in suite_rows)
+            outcome = SuiteCheck(
+                suite=suite.name,
+                severity=suite.severity,
+                expectations=len(result.results),
+                failed=failed,
+                rows=(result.results[0].result or {}).get("element_count") if result.results else None,
+                table_versions={t: versions[t] for t in suite.tables},
+                run_id=run.run_id,
             )
-            if not outcome.success:
-                level = logging.ERROR if suite.severity == CRITICAL else logging.WARNING
-                log.log(level, "%s FAILED: %s; observed %s", suite.name, config.description, observed)
-        outcome = SuiteCheck(
-            suite=suite.name,
-            severity=suite.severity,
-            expectations=len(result.results),
-            failed=failed,
-            rows=(result.results[0].result or {}).get("element_count") if result.results else None,
-            table_versions={t: versions[t] for t in suite.tables},
-            run_id=run.run_id,
-        )
-        log.info("%s: %d expectations, %d failed", suite.name, len(result.results), failed)
-        checked[suite.name] = outcome
-        summaries.append({**outcome.to_json(), "seconds": round(time.monotonic() - suite_started, 3)})
+            log.info("%s: %d expectations, %d failed", suite.name, len(result.results), failed)
+            checked[suite.name] = outcome
+            suite_ended = time.monotonic()
+            summaries.append({**outcome.to_json(), "seconds": round(suite_ended - suite_started, 3)})
+            suite_started = suite_ended
     run.stage_arrow("dq_results", pa.Table.from_pylist(rows, schema=DQ_RESULTS.arrow_schema), mode="append")
     metrics = _result("checked", summaries, context, started)
     metrics.update(rows_in=sum(checked[s.name].rows or 0 for s in todo), rows_out=len(rows))
@@ -168,6 +151,72 @@ def _check(spark, settings, step: StepRun, chosen: list[Suite], *, docs_root) ->
         "run_id": run.run_id,
         "table_versions": versions,
     }
+
+
+def _result_rows(suite: Suite, result, *, run_id: str, table_version: int, now) -> list[dict]:
+    """One ``dq_results`` row per expectation of a suite's GX result; a failure is logged as it is kept."""
+    rows = []
+    for outcome in result.results:
+        config = outcome.expectation_config
+        observed = {
+            "type": config.type,
+            "kwargs": {k: v for k, v in config.kwargs.items() if k != "batch_id"},
+            **{k: v for k, v in (outcome.result or {}).items() if k != "partial_unexpected_index_list"},
+        }
+        rows.append(
+            {
+                "run_id": run_id,
+                "suite": suite.name,
+                "table_name": suite.table,
+                "expectation": config.description or config.type,
+                "success": bool(outcome.success),
+                "observed": json.dumps(observed, default=str, sort_keys=True),
+                "severity": suite.severity,
+                "table_version": table_version,
+                "checked_at": now,
+            }
+        )
+        if not outcome.success:
+            level = logging.ERROR if suite.severity == CRITICAL else logging.WARNING
+            log.log(level, "%s FAILED: %s; observed %s", suite.name, config.description, observed)
+    return rows
+
+
+def _frames_ahead(todo: list[Suite], tables: dict, settings: Settings) -> Iterator[tuple[Suite, DataFrame]]:
+    """Each suite with its frame, persisted and computed; the next suite's frame is computed while the caller
+    validates this one.
+
+    GX computes each expectation's metrics with their own Spark jobs: the frame is kept instead of recomputing
+    its joins, windows and recomputed byte rules for each of them. Persisted here, not by GX (see
+    ``spark_source``), so that it is released when its suite is done: at most two frames are kept at a time.
+    Most of a suite's validation is small Spark jobs run one after the other, and GX's Python between them,
+    so the next frame's scan and joins use the cores they leave idle."""
+
+    def computed(suite: Suite) -> DataFrame:
+        frame = suite.frame(tables, settings).persist()
+        try:
+            frame.count()  # the first action on a persisted frame computes and keeps all of it
+        except Exception:
+            # GX meets the same error in the suite's first metric and reports it in the suite's results (failed
+            # expectations with the exception), as it did when the frame was first computed inside GX
+            log.debug("computing the frame of %s failed; its validation reports the error", suite.name, exc_info=True)
+        return frame
+
+    compute = in_another_thread(computed)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="quality-frame") as pool:
+        ahead = [pool.submit(compute, suite) for suite in todo[:1]]
+        try:
+            for number, suite in enumerate(todo):
+                frame = ahead.pop().result()
+                try:
+                    ahead.extend(pool.submit(compute, later) for later in todo[number + 1 : number + 2])
+                    yield suite, frame
+                finally:
+                    frame.unpersist()
+        finally:
+            for future in ahead:  # the caller stopped early (a failed validation): release what was computed
+                if not future.cancel() and future.exception() is None:
+                    future.result().unpersist()
 
 
 def _result(status: str, summaries: list[dict], context, started: float) -> dict:

@@ -61,7 +61,7 @@ from rmqlake.lake.state import (
     TopicTotals,
 )
 from rmqlake.lake.tables import COMMITLOG, SEGMENTS
-from rmqlake.progress import JOB_DESCRIPTION, JOB_GROUP, Stages
+from rmqlake.progress import Stages, in_another_thread
 from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.store import (
     IMPORTED,
@@ -501,7 +501,8 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
             corrupt_dir=f"{commitlog_dir}/{_CORRUPT_DIR}",
             batch_id=run.run_id,
         )
-        run_pieces = _in_a_thread(spark, partial(import_task, target=target))
+        write = partial(import_task, target=target)
+        run_pieces = in_another_thread(partial(_run_tasks, spark, write, one_per_task=True))
         with ThreadPoolExecutor(max_workers=_IMPORT_JOBS) as jobs:  # a Spark job per submission, several at once
             read = import_files(
                 files,
@@ -593,20 +594,6 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
     state = replace(run.state, commitlog=commitlog, import_store=imported, schedule=schedule["state"])
     versions = step.commit(state, record=metrics)
     return {**metrics, "table_versions": versions, "seconds": step.seconds(), "stage_seconds": stages.seconds}
-
-
-def _in_a_thread(spark, write):
-    """``_run_tasks`` of ``write`` for another thread: its Spark jobs carry this thread's job group and
-    description (Spark's local properties are per thread)."""
-    context = spark.sparkContext
-    properties = {key: context.getLocalProperty(key) for key in (JOB_GROUP, JOB_DESCRIPTION)}
-
-    def run(tasks: list[dict]) -> list[dict]:
-        for key, value in properties.items():
-            context.setLocalProperty(key, value)
-        return _run_tasks(spark, write, tasks, one_per_task=True)
-
-    return run
 
 
 def _staged_messages(spark, run):
