@@ -12,6 +12,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+import great_expectations.expectations as gxe
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
@@ -403,7 +404,7 @@ def test_expiry_and_producer_expectations_fail_on_their_corruption(spark, lake_s
         assert list(failed) == [expected]
 
 
-def test_suite_frames_are_computed_one_ahead_and_every_one_is_released(spark):
+def test_suite_frames_are_computed_one_ahead_and_every_one_is_released(spark, tmp_path):
     """The job validates a suite while the next suite's frame is computed: at most two are kept, each is
     released after its suite, and a failed validation releases its frame and the one computed ahead."""
     built: dict[str, object] = {}
@@ -434,9 +435,17 @@ def test_suite_frames_are_computed_one_ahead_and_every_one_is_released(spark):
         return built["broken.critical"]
 
     broken = Suite("broken.critical", ("commitlog",), failing, lambda settings: [])
-    with contextlib.closing(_frames_ahead([broken, todo[0]], {}, None)) as frames:
-        assert [each.name for each, _ in frames] == ["broken.critical", "s0.critical"]
-    assert not any(kept(name) for name in built)
+    settings = make_settings(tmp_path / "lake")
+    expectation = gxe.ExpectColumnValuesToNotBeNull(column="boom", description="computed")
+    with contextlib.closing(_frames_ahead([broken, todo[0]], {}, settings)) as frames:
+        names = []
+        for each, frame in frames:
+            names.append(each.name)
+            if each is broken:  # GX reports the error as the expectation's failure; the run goes on
+                result = _validate(gx_context(tmp_path), gx_source(tmp_path), each, [expectation], frame, settings)
+                (outcome,) = result.results
+                assert not outcome.success and "a corrupt file" in str(outcome.exception_info)
+    assert names == ["broken.critical", "s0.critical"] and not any(kept(name) for name in built)
 
     built.clear()
     frames = _frames_ahead(todo, {}, None)
