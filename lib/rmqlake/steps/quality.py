@@ -204,19 +204,20 @@ def _frames_ahead(todo: list[Suite], tables: dict, settings: Settings) -> Iterat
 
     compute = in_another_thread(computed)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="quality-frame") as pool:
-        ahead = [pool.submit(compute, suite) for suite in todo[:1]]
+        ahead = pool.submit(compute, todo[0]) if todo else None
         try:
             for number, suite in enumerate(todo):
-                frame = ahead.pop().result()
+                frame, ahead = ahead.result(), None
                 try:
-                    ahead.extend(pool.submit(compute, later) for later in todo[number + 1 : number + 2])
+                    if number + 1 < len(todo):
+                        ahead = pool.submit(compute, todo[number + 1])
                     yield suite, frame
                 finally:
                     frame.unpersist()
         finally:
-            for future in ahead:  # the caller stopped early (a failed validation): release what was computed
-                if not future.cancel() and future.exception() is None:
-                    future.result().unpersist()
+            # the caller stopped early (a failed validation): release the frame computed ahead
+            if ahead is not None and not ahead.cancel() and ahead.exception() is None:
+                ahead.result().unpersist()
 
 
 def _result(status: str, summaries: list[dict], context, started: float) -> dict:
