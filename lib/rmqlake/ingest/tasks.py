@@ -62,7 +62,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from rmqlake.formats.segment import segment_file_name
 from rmqlake.ingest.deliveries import (
@@ -121,11 +120,14 @@ from rmqlake.ingest.scratch import (
     write_narrow_file,
 )
 from rmqlake.ingest.transactions import (
+    DECIDED_END_COLUMNS,
+    DECIDED_HALF_COLUMNS,
     END_LINES,
     EVENT_SOURCE_BATCH,
     EVENT_SOURCE_END,
     EVENT_SOURCE_LAKE,
     HALVES,
+    batch_halves_of,
     decide_ends,
     end_lines,
     end_records,
@@ -1227,15 +1229,29 @@ class EndsResolved:
 
 
 def _task_files(spark, target: IngestTarget, relatives: list[str], schema):
-    """The rows of small Parquet files the tasks wrote, as a DataFrame (one task per file)."""
+    """The rows of small Parquet files the tasks wrote, as a DataFrame.
 
-    def read(batches):
-        storage = target.storage()
-        for batch in batches:
-            for index in batch.column("id").to_pylist():
-                yield from pq.read_table(storage.file_path(relatives[index]), filesystem=storage.fs).to_batches()
+    Spark's own reader: a Python task per file took ~50 ms each and its worker's round trip, in every job that
+    reads them (ends and halves are each read by two or three jobs of ``resolve_ends``)."""
+    storage = target.storage()
+    return spark.read.schema(schema.ddl).parquet(*[storage.uri(relative) for relative in relatives])
 
-    return spark.range(0, len(relatives), 1, max(1, len(relatives))).mapInArrow(read, schema.ddl)
+
+def _scratch_rows(storage, target: IngestTarget, positions) -> dict[tuple[int, int, int], dict]:
+    """The scratch rows at ``(split, batch, row)`` positions, each batch read and converted once (a batch read
+    and a one-row conversion per position took most of the ends' write)."""
+    wanted: dict[tuple[int, int], set[int]] = {}
+    for split, batch, row in positions:
+        wanted.setdefault((split, batch), set()).add(row)
+    readers: dict[int, pa.ipc.RecordBatchFileReader] = {}
+    found = {}
+    for (split, batch), rows in sorted(wanted.items()):
+        if split not in readers:
+            readers[split] = pa.ipc.open_file(storage.open_mapped(target.scratch_file(split)))
+        ordered = sorted(rows)
+        values = readers[split].get_batch(batch).take(pa.array(ordered, pa.int32())).to_pylist()
+        found.update(((split, batch, row), value) for row, value in zip(ordered, values, strict=True))
+    return found
 
 
 def resolve_ends(
@@ -1336,8 +1352,14 @@ def resolve_ends(
         )
         events = events.unionByName(lake_halves, allowMissingColumns=True)
     events = events.repartition(partitions, "uniq_key").sortWithinPartitions("uniq_key", "at", "rank", "line")
+    # what the write reads of a decided end and of its half (a row of every event column took a third of it)
+    half_columns = [name for name in DECIDED_HALF_COLUMNS if name in events.columns]
     decided_schema = T.StructType(
-        [*events.schema.fields, T.StructField("reason", T.StringType()), T.StructField("half", events.schema)]
+        [
+            *(events.schema[name] for name in DECIDED_END_COLUMNS),
+            T.StructField("reason", T.StringType()),
+            T.StructField("half", T.StructType([events.schema[name] for name in half_columns])),
+        ]
     )
 
     def decide(batches):
@@ -1350,8 +1372,12 @@ def resolve_ends(
         for batch in batches:
             if arrow_schema is None:
                 arrow_schema = pa.schema(
-                    [*batch.schema, pa.field("reason", pa.string()), pa.field("half", pa.struct(list(batch.schema)))]
-                )
+                    [
+                        *(batch.schema.field(name) for name in DECIDED_END_COLUMNS),
+                        pa.field("reason", pa.string()),
+                        pa.field("half", pa.struct([batch.schema.field(name) for name in half_columns])),
+                    ]
+                )  # the rows' other keys are left out
             out = []
             for row in batch.to_pylist():
                 if pending and pending[0]["uniq_key"] != row["uniq_key"]:
@@ -1368,20 +1394,14 @@ def resolve_ends(
     def write(batches):
         use_task_memory_pool()
         storage = target.storage()
-        readers: dict[int, pa.ipc.RecordBatchFileReader] = {}
-
-        def scratch_row(split: int, batch: int, row: int) -> dict:
-            if split not in readers:
-                readers[split] = pa.ipc.open_file(storage.open_mapped(target.scratch_file(split)))
-            return readers[split].get_batch(batch).slice(row, 1).to_pylist()[0]
-
         by_split: dict[int, list[dict]] = {}
         for batch in batches:
             for row in batch.to_pylist():
                 by_split.setdefault(row["split"], []).append(row)
+        halves = _scratch_rows(storage, target, batch_halves_of(row for rows in by_split.values() for row in rows))
         for split, rows in by_split.items():
             written = first_split + split
-            found = end_records(rows, split=written, file_rank=file_ranks[split], scratch_row=scratch_row)
+            found = end_records(rows, split=written, file_rank=file_ranks[split], scratch_row=lambda *at: halves[at])
             if found.scratch is not None:
                 scratch = AtomicArrowFile(storage, target.scratch_file(written))
                 scratch.write(found.scratch, max_rows=SCRATCH_BATCH_ROWS)

@@ -209,6 +209,22 @@ class EndRecords:
     rollbacks: int
 
 
+# what ``end_records`` reads of a decided end, and of the half it ends (the lake's halves have ``lake_record``, the
+# batch's the ``half_*`` columns)
+DECIDED_END_COLUMNS = ("split", "line", "raw", "end", "at")
+DECIDED_HALF_COLUMNS = ("source", "at", "rank", "line", "half_queue_offset", "half_split", "half_batch", "half_row",
+                        "lake_record")  # fmt: skip
+
+
+def batch_halves_of(decided) -> Iterator[tuple[int, int, int]]:
+    """The scratch positions ``(split, batch, row)`` of the batch's halves that ``decided`` ends end: what
+    ``end_records`` reads with its ``scratch_row``."""
+    for end in decided:
+        half = end["half"]
+        if end["reason"] is None and half["source"] != EVENT_SOURCE_LAKE:
+            yield half["half_split"], half["half_batch"], half["half_row"]
+
+
 def end_records(decided: list[dict], *, split: int, file_rank: int, scratch_row) -> EndRecords:
     """The records of one split's decided ends, in line order: scratch rows, narrow rows, and the refused ends.
 
@@ -287,12 +303,16 @@ def _commit_record(half: dict, physical_offset: int, end: dict) -> dict:
     }
 
 
+# every op record's properties: the same pairs in the same order (ordering them took a sixth of the ends' write)
+_OP_PAIRS = op_properties()
+_OP_PROPERTIES = serialize_properties(_OP_PAIRS)
+
+
 def _op_record(half: dict, end: dict, *, half_queue_offset: int) -> dict:
     """The op record naming the half (a scratch row) by its queue offset: written by the broker, whose address is
     the half's store host, born and stored at the end's time."""
     body = f"{half_queue_offset},".encode()
-    pairs = op_properties()
-    serialised = serialize_properties(pairs)
+    pairs, serialised = list(_OP_PAIRS), _OP_PROPERTIES
     store_v6 = bool(half["sys_flag"] & STOREHOST_V6_FLAG)
     flag = (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG) if store_v6 else 0
     magic = magic_for_topic(OP_TOPIC)
