@@ -77,6 +77,12 @@ def transactional_sends(rng: random.Random, *, start: int, count: int, open_halv
     return lines
 
 
+def ended_keys(records: list[dict]) -> set[str]:
+    """The UNIQ_KEYs of the halves an op record among ``records`` names (by queue offset on the half topic)."""
+    named = {offset for m in records if m["topic"] == OP_TOPIC for offset in op_offsets(m["body"])}
+    return {m["uniq_key"] for m in records if m["topic"] == HALF_TOPIC and m["queue_offset"] in named}
+
+
 def test_transactions_are_stored_as_the_reference_broker_stores_them(spark, tmp_path, java_oracle):
     rng = random.Random(20)
     settings = settings_for(tmp_path)
@@ -86,7 +92,14 @@ def test_transactions_are_stored_as_the_reference_broker_stores_them(spark, tmp_
     second = transactional_sends(rng, start=START + 100_000, count=40, open_halves=[])
     for end in carried[: len(carried) * 2 // 3]:  # the rest stay open
         second.append({**end, "storeTimestamp": START + 100_500})
+    again: list[str] = []
     for index, lines in enumerate((first, second)):
+        # ends of halves the first batch ended, in older and newer segments of the lake: an op record there names
+        # each, so the broker refuses them
+        if index:
+            again = sorted(ended_keys(broker.messages))
+            again = again[:2] + again[-2:]
+            lines += [{"endTransaction": "COMMIT", "uniqKey": key, "storeTimestamp": START + 100_700} for key in again]
         path = write_jsonl(tmp_path / "in" / f"b{index}.jsonl", lines)
         metrics = ingest(spark, settings, input_path=str(path))
         broker.ingest_files([str(path)])
@@ -107,6 +120,9 @@ def test_transactions_are_stored_as_the_reference_broker_stores_them(spark, tmp_
     assert assert_records_decode_to_their_stored_columns(lake) == len(records)  # halves, commits, op records
     rejected = lake.read_arrow("rejected", columns=["reason"]).column(0).to_pylist()
     assert any("already ended" in reason for reason in rejected)
+    assert len(again) == 4
+    for key in again:
+        assert f"the half message with UNIQ_KEY {key!r} was already ended" in rejected
     assert any("no half message" in reason for reason in rejected)
     assert any("producer group" in reason for reason in rejected)
     checked = quality(spark, settings, suites=["transactions", "commitlog.warning"])  # op records resend nothing
