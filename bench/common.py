@@ -33,19 +33,27 @@ def machine() -> dict:
     }
 
 
-def dataset(name: str, *, messages: int, body_size: int, hours: int = 6, seed: int = 1) -> Path:
-    """Generated producer logs under bench/out/<name>, reused while the parameters are the same."""
+def dataset(
+    name: str, *, messages: int, body_size: int, hours: int = 6, seed: int = 1, transaction_share: float = 0.0
+) -> Path:
+    """Generated producer logs under bench/out/<name>, reused while the parameters are the same.
+
+    ``transaction_share``: the share of plain messages sent as a transactional producer's halves, each with its
+    end line (``rmqlake.generate``)."""
     from rmqlake.generate import TopicPlan, generate
 
     root = OUT / name
     wanted = {"messages": messages, "body_size": body_size, "hours": hours, "seed": seed}
+    if transaction_share:
+        wanted["transaction_share"] = transaction_share
     marker = root / "PARAMS.json"
     if marker.exists() and json.loads(marker.read_text()) == wanted:
         return root / "landing"
     shutil.rmtree(root, ignore_errors=True)
     topics = [TopicPlan(*plan) for plan in TOPIC_PLAN]
     started = time.monotonic()
-    generate(root, messages=messages, topics=topics, hours=hours, seed=seed, body_size=body_size)
+    generate(root, messages=messages, topics=topics, hours=hours, seed=seed, body_size=body_size,
+             transaction_share=transaction_share)  # fmt: skip
     marker.write_text(json.dumps(wanted))
     print(f"generated {messages:,} messages in {time.monotonic() - started:.0f}s into {root}", file=sys.stderr)
     return root / "landing"

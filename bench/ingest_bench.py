@@ -1,6 +1,7 @@
 """Ingest throughput against a plain Spark Parquet write of the same rows, measured in the same run.
 
-    .venv/bin/python bench/ingest_bench.py [--messages 1000000] [--body-size 1024] [--json]
+    .venv/bin/python bench/ingest_bench.py [--messages 1000000] [--body-size 1024] [--transactional-messages 300000]
+        [--json]
 
 Baselines, on the same input and the same SparkSession:
 
@@ -18,6 +19,10 @@ ingest run twice, alternating (baseline, ingest, baseline, ingest): the first pa
 compilation of Spark's and rmqlake's JVM code the sample did not finish (the baseline took 12.1 s there
 and 8.1 s in the second pair on one run), so the second pair, the steady state, gives the headline ratio;
 the first pair's ratio is reported next to it.
+
+Then the same comparison on a transactional workload (``--transactional-messages``, one hour, half of the plain
+messages sent as halves, each ended by an ``endTransaction`` line): the ingest then also resolves every end
+against its half, which the main workload never does.
 """
 
 from __future__ import annotations
@@ -35,10 +40,62 @@ INPUT_SCHEMA = """topic string, queueId int, body string, bodyEncoding string, k
     bornHost string, storeHost string, reconsumeTimes int, transaction string"""
 
 
+def throughput_row(name: str, *, rows: int, seconds: float, mb: float) -> dict:
+    return {
+        "run": name,
+        "rows": rows,
+        "seconds": round(seconds, 2),
+        "rows/s": round(rows / seconds),
+        "input MB/s": round(mb / seconds, 1),
+    }
+
+
+def transactional_pairs(spark, work: Path, *, messages: int, body_size: int) -> dict:
+    """The same comparison on a transactional workload: one hour in which half of the plain messages are a
+    transactional producer's halves, each ended (committed, rolled back, or left open) by a line of its own, so
+    that the ingest also resolves every end against its half. Two pairs (baseline, ingest); the second reported,
+    as above: the warm-up had no transactions."""
+    from rmqlake.config import load_settings
+    from rmqlake.steps.ingest import ingest
+
+    landing = dataset(f"ingest-transactional-{messages}", messages=messages, body_size=body_size, hours=1, seed=3,
+                      transaction_share=0.5)  # fmt: skip
+    pairs = []
+    for attempt in ("first", "second"):
+        with timed() as baseline:
+            spark.read.schema(INPUT_SCHEMA).json(str(landing)).write.parquet(str(work / f"tx-baseline-{attempt}"))
+        lake = work / f"tx-lake-{attempt}"
+        with timed() as took:
+            metrics = ingest(spark, load_settings(REPO / "conf", lake=str(lake)), input_path=str(landing))
+        pairs.append((baseline["seconds"], took["seconds"], metrics))
+        shutil.rmtree(lake, ignore_errors=True)
+        shutil.rmtree(work / f"tx-baseline-{attempt}", ignore_errors=True)
+    (first_baseline, first_ingest, _), (baseline_s, ingest_s, metrics) = pairs
+    mb = folder_bytes(landing) / 1e6
+    rows = metrics["rows_out"]
+    return {
+        "rows": [
+            throughput_row("transactional: rmqlake ingest", rows=rows, seconds=ingest_s, mb=mb),
+            throughput_row("transactional: spark json -> parquet", rows=rows, seconds=baseline_s, mb=mb),
+        ],
+        "transactional_ratio_vs_json_to_parquet": round(baseline_s / ingest_s, 3),
+        "transactional_first_pair_ratio": round(first_baseline / first_ingest, 3),
+        "transactional_ends": metrics.get("transaction_commits", 0) + metrics.get("transaction_rollbacks", 0),
+        "transactional_stage_seconds": metrics["stage_seconds"],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--body-size", type=int, default=1024)
+    parser.add_argument(
+        "--transactional-messages",
+        type=int,
+        default=300_000,
+        help="messages of the transactional workload, one hour, half of them halves ended by lines of their own "
+        "(0: skip it)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON line instead of tables")
     args = parser.parse_args()
 
@@ -85,6 +142,10 @@ def main() -> int:
         with timed() as python_time:
             python_metrics = ingest(spark, python_route, input_path=str(landing))
         shutil.rmtree(work / "python-lake", ignore_errors=True)
+        transactional = None
+        if args.transactional_messages:
+            transactional = transactional_pairs(spark, work, messages=args.transactional_messages,
+                                                body_size=args.body_size)  # fmt: skip
         # on the disk only: a block spilled by a memory cache is read back into the 2 GiB heap as one array,
         # which once ran the driver out of memory here
         commitlog = read_table(spark, Lake.from_settings(settings), "commitlog").persist(StorageLevel.DISK_ONLY)
@@ -99,13 +160,7 @@ def main() -> int:
     mb = input_bytes / 1e6
 
     def row(name, seconds):
-        return {
-            "run": name,
-            "rows": rows_count,
-            "seconds": round(seconds, 2),
-            "rows/s": round(rows_count / seconds),
-            "input MB/s": round(mb / seconds, 1),
-        }
+        return throughput_row(name, rows=rows_count, seconds=seconds, mb=mb)
 
     rows = [
         row("rmqlake ingest (exact placement)", ingest_time["seconds"]),
@@ -129,6 +184,9 @@ def main() -> int:
         "python_route_ratio_vs_json_to_parquet": round(baseline["seconds"] / python_time["seconds"], 3),
         "python_route_stage_seconds": python_metrics["stage_seconds"],
     }
+    if transactional:
+        rows += transactional.pop("rows")
+        summary.update(transactional)
     report("ingest throughput", rows, summary, as_json=args.json)
     return 0
 
