@@ -1331,8 +1331,8 @@ def resolve_ends(
     Spark gathers per UNIQ_KEY the lake's halves with that key (marked where an op record of the lake ended
     them), the batch's halves (each with its queue offset: ``half_head`` plus its rank among the batch's halves
     in append order) and the ends; ``decide_ends`` runs per key, then ``end_records`` per split of end lines.
-    No message row reaches the driver: it collects one row per split of end lines, and per commitlog segment with
-    one of the lake's halves ended.
+    No message row reaches the driver: it collects one row per split of end lines, and one per commitlog segment
+    holding a half of the lake with the UNIQ_KEY of an end.
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
