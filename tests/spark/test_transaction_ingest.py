@@ -121,6 +121,7 @@ def test_transactions_are_stored_as_the_reference_broker_stores_them(spark, tmp_
     rejected = lake.read_arrow("rejected", columns=["reason"]).column(0).to_pylist()
     assert any("already ended" in reason for reason in rejected)
     assert len(again) == 4
+    assert len({m["segment"] for m in halves if m["uniq_key"] in again}) > 1
     for key in again:
         assert f"the half message with UNIQ_KEY {key!r} was already ended" in rejected
     assert any("no half message" in reason for reason in rejected)
