@@ -15,6 +15,8 @@ import random
 import pytest
 
 from rmqlake.formats.transaction import HALF_TOPIC, OP_TOPIC, op_offsets
+from rmqlake.ingest.tasks import halves_in_append_order
+from rmqlake.ingest.transactions import HALVES
 from rmqlake.lake import Lake
 from rmqlake.steps.ingest import ingest
 from rmqlake.steps.quality import quality
@@ -132,3 +134,22 @@ def test_transactions_are_stored_as_the_reference_broker_stores_them(spark, tmp_
         ("transactions.critical", 0),
         ("transactions.warning", 0),
     ]
+
+
+@pytest.mark.parametrize("ranges", [1, 3, 7])
+def test_the_batchs_halves_are_numbered_in_append_order_across_time_ranges(spark, ranges):
+    """A half's queue offset is its rank among the batch's halves in append order (store time, file rank, line):
+    numbered per range of store times, ranges added up; ties, the extremes and empty ranges included."""
+    rng = random.Random(ranges)
+    stamps = [0, (1 << 63) - 1, START, START, START + 1, *(START + rng.randrange(10_000) for _ in range(60))]
+    rows = [
+        {"split": number % 5, "file_rank": rng.randrange(3), "source_line": rng.randrange(1, 40),
+         "store_timestamp": stamp, "scratch_batch": 0, "scratch_row": number, "uniq_key": f"U{number}",
+         "born_timestamp": 0, "real_topic": "T", "producer_group": GROUP, "check_immunity": None}
+        for number, stamp in enumerate(stamps)
+    ]  # fmt: skip
+    rows = list({(r["store_timestamp"], r["file_rank"], r["source_line"]): r for r in rows}.values())  # a line once
+    expected = sorted(rows, key=lambda r: (r["store_timestamp"], r["file_rank"], r["source_line"]))
+    halves = spark.createDataFrame(rows, HALVES.ddl)
+    numbered = dict(halves_in_append_order(halves, ranges=ranges).select("uniq_key", "rank_in_batch").collect())
+    assert numbered == {row["uniq_key"]: rank for rank, row in enumerate(expected)}

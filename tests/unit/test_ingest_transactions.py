@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 
+import pyarrow as pa
 import pytest
 
 from rmqlake.formats.properties import parse_properties
 from rmqlake.ingest.lines import EndTransaction, Rejection, parse_line
-from rmqlake.ingest.transactions import EVENT_SOURCE_BATCH, EVENT_SOURCE_END, EVENT_SOURCE_LAKE, decide_ends
+from rmqlake.ingest.transactions import (
+    DECIDED_END_COLUMNS,
+    EVENT_SOURCE_BATCH,
+    EVENT_SOURCE_END,
+    EVENT_SOURCE_LAKE,
+    decide_ends,
+    decide_ends_columns,
+)
 from tests.unit.test_ingest_blocks import HASH32, OPTIONS
 
 
@@ -94,3 +104,74 @@ def test_the_brokers_refusals_and_a_wrong_topic():
     late = {**_half(EVENT_SOURCE_BATCH, 1), "check_immunity": "10"}
     assert "check immunity" in _reasons([late, _end(20_000)])[0]
     assert _reasons([late, _end(20_000, from_check=True)]) == [None]
+
+
+def _events(rng: random.Random) -> list[dict]:
+    """Several UNIQ_KEYs' events in append order: halves of the lake (some ended) and of the batch, ends of every
+    kind the broker refuses or accepts, ends before any half, several halves and ends per key."""
+    events = []
+    for key in sorted(f"K{n}" for n in range(rng.randrange(1, 12))):
+        line = 0
+        for _ in range(rng.randrange(1, 8)):
+            line += rng.randrange(1, 5)
+            if rng.random() < 0.4:
+                source = EVENT_SOURCE_LAKE if not events or rng.random() < 0.3 else EVENT_SOURCE_BATCH
+                half = _half(source, line, group=rng.choice(["g", "g", None]), ended=rng.random() < 0.3,
+                             born=rng.randrange(3), real=rng.choice(["Orders", "Other"]))  # fmt: skip
+                half["check_immunity"] = rng.choice([None, None, "1", "x", "99"])
+                events.append({**half, "uniq_key": key, "half_queue_offset": rng.randrange(100)})
+            else:
+                end = _end(line, rng.choice(["COMMIT", "ROLLBACK"]), producer_group=rng.choice([None, "g", "h"]),
+                           topic=rng.choice([None, None, "Orders", "Else"]), from_check=rng.random() < 0.2)  # fmt: skip
+                events.append({**end, "uniq_key": key, "at": line * rng.choice([1, 2_000, 200_000]), "split": 1,
+                               "raw": f"raw {line}"})  # fmt: skip
+    return events
+
+
+EVENT_SCHEMA = pa.schema(
+    [("uniq_key", pa.string()), ("source", pa.int32()), ("at", pa.int64()), ("rank", pa.int32()),
+     ("line", pa.int64()), ("split", pa.int32()), ("raw", pa.string()), ("end", pa.string()), ("topic", pa.string()),
+     ("producer_group", pa.string()), ("from_check", pa.bool_()), ("born_timestamp", pa.int64()),
+     ("real_topic", pa.string()), ("half_group", pa.string()), ("check_immunity", pa.string()),
+     ("lake_ended", pa.bool_()), ("half_queue_offset", pa.int64())]
+)  # fmt: skip
+HALF_COLUMNS = ["source", "at", "rank", "line", "half_queue_offset"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_ends_decided_column_by_column_are_the_references_decisions(seed):
+    events = _events(random.Random(seed))
+    table = pa.Table.from_pylist(events, schema=EVENT_SCHEMA)
+    expected = []
+    for _, group in itertools.groupby(table.to_pylist(), key=lambda event: event["uniq_key"]):
+        for end in decide_ends(group, transaction_timeout_ms=6000):
+            half = end["half"] and {name: end["half"][name] for name in HALF_COLUMNS}
+            expected.append(
+                {**{name: end[name] for name in DECIDED_END_COLUMNS}, "reason": end["reason"], "half": half}
+            )
+    decided = decide_ends_columns(table, transaction_timeout_ms=6000, half_columns=HALF_COLUMNS)
+    assert decided.to_pylist() == expected
+    assert decided.schema.names == [*DECIDED_END_COLUMNS, "reason", "half"]
+
+
+def test_the_decisions_cover_every_reason():
+    kinds = ("no half message", "already ended", "producer group", "check immunity", "names topic")
+    seen = dict.fromkeys([*kinds, "accepted"], 0)
+    for seed in range(40):
+        table = pa.Table.from_pylist(_events(random.Random(seed)), schema=EVENT_SCHEMA)
+        decided = decide_ends_columns(table, transaction_timeout_ms=6000, half_columns=HALF_COLUMNS)
+        for reason in decided.column("reason").to_pylist():
+            seen[next((kind for kind in kinds if reason and kind in reason), "accepted")] += 1
+    assert all(seen.values()), seen
+
+
+def test_ends_without_any_half_are_refused_column_by_column_too():
+    ends = [{**_end(line), "uniq_key": f"K{line % 3}", "split": 1, "raw": f"raw {line}"} for line in range(9)]
+    ends.sort(key=lambda end: end["uniq_key"])
+    names = ["uniq_key", "source", "at", "rank", "line", "split", "raw", "end", "topic", "producer_group", "from_check"]
+    table = pa.Table.from_pylist(ends, schema=pa.schema([EVENT_SCHEMA.field(name) for name in names]))
+    decided = decide_ends_columns(table, transaction_timeout_ms=6000, half_columns=["source", "at", "rank", "line"])
+    assert decided.column("reason").to_pylist() == [
+        f"no half message with UNIQ_KEY {end['uniq_key']!r} was stored before this end" for end in ends
+    ]
+    assert decided.column("half").null_count == len(ends)

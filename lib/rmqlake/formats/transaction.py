@@ -71,7 +71,7 @@ def _reset_transaction(sys_flag: int, kind: int) -> int:
     return (sys_flag & ~TRANSACTION_TYPE_MASK) | kind
 
 
-def _java_int(text: str | None) -> int | None:
+def java_int(text: str | None) -> int | None:
     """``Integer.parseInt``, ``None`` where Java throws."""
     if text is None or not _JAVA_INTEGER.fullmatch(text):
         return None
@@ -89,7 +89,7 @@ def is_half_send(properties: Iterable[tuple[str, str]], *, reconsume_times: int 
     pairs = dict(properties)
     if pairs.get(TRAN_MSG, "").lower() != "true":
         return False
-    return not (reconsume_times > 0 and (_java_int(pairs.get(DELAY)) or 0) > 0)
+    return not (reconsume_times > 0 and (java_int(pairs.get(DELAY)) or 0) > 0)
 
 
 def half(topic: str, queue_id: int, properties: Sequence[tuple[str, str]], *, sys_flag: int) -> Stored:
@@ -160,7 +160,7 @@ def commit(half_properties: Sequence[tuple[str, str]], *, half_sys_flag: int, ha
         EndRefused: ``REAL_TOPIC`` missing or ``REAL_QID`` not an integer (the processor fails).
     """
     pairs = dict(half_properties)
-    topic, queue_id = pairs.get(REAL_TOPIC), _java_int(pairs.get(REAL_QID))
+    topic, queue_id = pairs.get(REAL_TOPIC), java_int(pairs.get(REAL_QID))
     if not topic or queue_id is None:
         real_qid = pairs.get(REAL_QID)
         raise EndRefused(f"the half names no real topic and queue: REAL_TOPIC={topic!r} REAL_QID={real_qid!r}")

@@ -127,10 +127,9 @@ from rmqlake.ingest.transactions import (
     EVENT_SOURCE_END,
     EVENT_SOURCE_LAKE,
     HALVES,
-    batch_halves_of,
-    decide_ends,
+    decide_ends_columns,
     end_lines,
-    end_records,
+    end_records_columns,
     halves_of,
 )
 from rmqlake.lake import pages
@@ -1237,21 +1236,26 @@ def _task_files(spark, target: IngestTarget, relatives: list[str], schema):
     return spark.read.schema(schema.ddl).parquet(*[storage.uri(relative) for relative in relatives])
 
 
-def _scratch_rows(storage, target: IngestTarget, positions) -> dict[tuple[int, int, int], dict]:
-    """The scratch rows at ``(split, batch, row)`` positions, each batch read and converted once (a batch read
-    and a one-row conversion per position took most of the ends' write)."""
-    wanted: dict[tuple[int, int], set[int]] = {}
-    for split, batch, row in positions:
-        wanted.setdefault((split, batch), set()).add(row)
+def _scratch_gather(storage, target: IngestTarget):
+    """``scratch_rows(splits, batches, rows)`` for ``end_records_columns``: the scratch rows at those positions,
+    in that order; each scratch batch is read once per call, each file opened once."""
     readers: dict[int, pa.ipc.RecordBatchFileReader] = {}
-    found = {}
-    for (split, batch), rows in sorted(wanted.items()):
-        if split not in readers:
-            readers[split] = pa.ipc.open_file(storage.open_mapped(target.scratch_file(split)))
-        ordered = sorted(rows)
-        values = readers[split].get_batch(batch).take(pa.array(ordered, pa.int32())).to_pylist()
-        found.update(((split, batch, row), value) for row, value in zip(ordered, values, strict=True))
-    return found
+
+    def scratch_rows(splits: np.ndarray, batches: np.ndarray, rows: np.ndarray) -> pa.Table:
+        order = np.lexsort((rows, batches, splits))
+        splits, batches, rows = splits[order], batches[order], rows[order]
+        starts = np.r_[0, np.flatnonzero((np.diff(splits) != 0) | (np.diff(batches) != 0)) + 1, len(order)]
+        pieces = []
+        for start, stop in itertools.pairwise(starts.tolist()):
+            split = int(splits[start])
+            if split not in readers:
+                readers[split] = pa.ipc.open_file(storage.open_mapped(target.scratch_file(split)))
+            pieces.append(readers[split].get_batch(int(batches[start])).take(pa.array(rows[start:stop], pa.int32())))
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        return pa.Table.from_batches(pieces).take(inverse)
+
+    return scratch_rows
 
 
 def _lake_halves(spark, lake, keys):
@@ -1312,6 +1316,34 @@ def _lake_halves(spark, lake, keys):
     )
 
 
+def halves_in_append_order(halves, *, ranges: int):
+    """``halves`` (``HALVES`` rows) with ``rank_in_batch``: each one's position among them in append order (store
+    time, file rank, line), which makes its queue offset on the half topic.
+
+    The halves are cut into ``ranges`` ranges of store time of one width; a window numbers the halves of each
+    range, and the driver adds up the ranges' counts (a row per range). All in Spark's JVM: numbering them through
+    a Python RDD (``zipWithIndex``) converted every half to a Python row and back, a fifth of the ends' time.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    low, high = halves.agg(F.min("store_timestamp"), F.max("store_timestamp")).first()
+    if low is None:
+        return halves.withColumn("rank_in_batch", F.lit(None).cast("bigint"))
+    # store times are not negative: the differences fit a long; the width too, where the last range takes the rest
+    width = min((high - low) // ranges + 1, (1 << 63) - 1)
+    number = f"LEAST((store_timestamp - {low}L) div {width}L, {ranges - 1})"
+    in_ranges = halves.withColumn("time_range", F.expr(f"CAST({number} AS INT)"))
+    counts = dict(in_ranges.groupBy("time_range").count().collect())  # at most ``ranges`` rows
+    starts, total = [], 0
+    for number in range(ranges):
+        starts.append(total)
+        total += counts.get(number, 0)
+    start = F.element_at(F.array(*(F.lit(value).cast("bigint") for value in starts)), F.col("time_range") + 1)
+    in_range = Window.partitionBy("time_range").orderBy("store_timestamp", "file_rank", "source_line")
+    return in_ranges.withColumn("rank_in_batch", start + F.row_number().over(in_range) - 1).drop("time_range")
+
+
 def resolve_ends(
     spark,
     lake,
@@ -1330,7 +1362,8 @@ def resolve_ends(
 
     Spark gathers per UNIQ_KEY the lake's halves with that key (marked where an op record of the lake ended
     them), the batch's halves (each with its queue offset: ``half_head`` plus its rank among the batch's halves
-    in append order) and the ends; ``decide_ends`` runs per key, then ``end_records`` per split of end lines.
+    in append order) and the ends; ``decide_ends_columns`` decides them per partition of keys, then
+    ``end_records_columns`` writes what they store per split of end lines.
     No message row reaches the driver: it collects one row per split of end lines, and one per commitlog segment
     holding a half of the lake with the UNIQ_KEY of an end.
     """
@@ -1354,12 +1387,7 @@ def resolve_ends(
     events = end_events
     if half_splits:
         halves = _task_files(spark, target, [target.halves_file(split) for split in half_splits], HALVES)
-        ordered = halves.orderBy("store_timestamp", "file_rank", "source_line")
-        ranked = (
-            ordered.rdd.zipWithIndex()
-            .map(lambda pair: (*pair[0], pair[1]))
-            .toDF(T.StructType([*ordered.schema.fields, T.StructField("rank_in_batch", T.LongType())]))
-        )
+        ranked = halves_in_append_order(halves, ranges=partitions)
         batch_halves = ranked.join(ends.select("uniq_key").distinct(), "uniq_key", "left_semi").select(
             "uniq_key",
             F.lit(EVENT_SOURCE_BATCH).alias("source"),
@@ -1391,45 +1419,42 @@ def resolve_ends(
     )
 
     def decide(batches):
-        arrow_schema = None
-        pending: list[dict] = []
-
-        def flush():
-            return list(decide_ends(iter(pending), transaction_timeout_ms=transaction_timeout_ms))
-
+        carried = None  # the events of the last UNIQ_KEY seen, which the next batch may continue
         for batch in batches:
-            if arrow_schema is None:
-                arrow_schema = pa.schema(
-                    [
-                        *(batch.schema.field(name) for name in DECIDED_END_COLUMNS),
-                        pa.field("reason", pa.string()),
-                        pa.field("half", pa.struct([batch.schema.field(name) for name in half_columns])),
-                    ]
-                )  # the rows' other keys are left out
-            out = []
-            for row in batch.to_pylist():
-                if pending and pending[0]["uniq_key"] != row["uniq_key"]:
-                    out.extend(flush())
-                    pending = []
-                pending.append(row)
-            if out:
-                yield pa.RecordBatch.from_pylist(out, schema=arrow_schema)
-        if pending:
-            yield pa.RecordBatch.from_pylist(flush(), schema=arrow_schema)
+            if not batch.num_rows:
+                continue
+            events = pa.Table.from_batches([batch] if carried is None else [*carried.to_batches(), batch])
+            keys = events.column("uniq_key")
+            last_key = pc.equal(keys, keys[-1]) if keys[-1].is_valid else pc.is_null(keys)
+            cut = events.num_rows - int(pc.sum(last_key).as_py())  # the events are sorted: the last key's come last
+            carried = events.slice(cut)
+            if cut:
+                yield from _decided(events.slice(0, cut)).to_batches()
+        if carried is not None:
+            yield from _decided(carried).to_batches()
+
+    def _decided(events: pa.Table) -> pa.Table:
+        return decide_ends_columns(events, transaction_timeout_ms=transaction_timeout_ms, half_columns=half_columns)
 
     decided = events.mapInArrow(decide, decided_schema)  # the ends only, each with its decision
 
     def write(batches):
         use_task_memory_pool()
         storage = target.storage()
-        by_split: dict[int, list[dict]] = {}
-        for batch in batches:
-            for row in batch.to_pylist():
-                by_split.setdefault(row["split"], []).append(row)
-        halves = _scratch_rows(storage, target, batch_halves_of(row for rows in by_split.values() for row in rows))
-        for split, rows in by_split.items():
+        received = list(batches)
+        if not received:
+            return
+        decided_ends = pa.Table.from_batches(received)
+        scratch_rows = _scratch_gather(storage, target)
+        splits = decided_ends.column("split").to_numpy()
+        for split in np.unique(splits).tolist():
             written = first_split + split
-            found = end_records(rows, split=written, file_rank=file_ranks[split], scratch_row=lambda *at: halves[at])
+            found = end_records_columns(
+                decided_ends.filter(splits == split),
+                split=written,
+                file_rank=file_ranks[split],
+                scratch_rows=scratch_rows,
+            )
             if found.scratch is not None:
                 scratch = AtomicArrowFile(storage, target.scratch_file(written))
                 scratch.write(found.scratch, max_rows=SCRATCH_BATCH_ROWS)

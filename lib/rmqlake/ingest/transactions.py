@@ -32,17 +32,27 @@ import pyarrow.compute as pc
 
 from rmqlake.formats.crc import body_crc
 from rmqlake.formats.properties import parse_properties, serialize_properties
-from rmqlake.formats.record import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, magic_for_topic, record_size
+from rmqlake.formats.record import (
+    BORNHOST_V6_FLAG,
+    STOREHOST_V6_FLAG,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_TYPE_MASK,
+    magic_for_topic,
+    record_size,
+    record_sizes,
+)
 from rmqlake.formats.transaction import (
     CHECK_IMMUNITY_TIME_IN_SECONDS,
     HALF_TOPIC,
     OP_TOPIC,
     PGROUP,
+    REAL_QID,
     REAL_TOPIC,
     REMOVE_TAG,
     EndRefused,
     commit,
     end_refusal,
+    java_int,
     op_properties,
 )
 from rmqlake.ingest.deliveries import scratch_rows_of_commitlog
@@ -166,33 +176,115 @@ def decide_ends(rows: Iterator[dict], *, transaction_timeout_ms: int) -> Iterato
         if source != EVENT_SOURCE_END:
             latest = _Half(event, bool(event.get("lake_ended")))
             continue
-        reason = None
         if latest is None:
-            reason = f"no half message with UNIQ_KEY {event['uniq_key']!r} was stored before this end"
+            reason = _NO_HALF.format(key=event["uniq_key"])
         elif latest.ended:
-            reason = f"the half message with UNIQ_KEY {event['uniq_key']!r} was already ended"
+            reason = _ENDED.format(key=event["uniq_key"])
         else:
-            half_event = latest.event
-            pairs = [(PGROUP, half_event["half_group"])] if half_event["half_group"] is not None else []
-            if half_event["check_immunity"] is not None:
-                pairs.append((CHECK_IMMUNITY_TIME_IN_SECONDS, half_event["check_immunity"]))
-            reason = end_refusal(
-                pairs,
-                born_timestamp=half_event["born_timestamp"],
-                now_ms=event["at"],
-                producer_group=event["producer_group"],
-                from_transaction_check=bool(event["from_check"]),
-                transaction_timeout_ms=transaction_timeout_ms,
-            )
-            if reason is not None:
-                reason = f"the broker refuses this end: {reason}"
-            elif event["topic"] is not None and event["topic"] != half_event["real_topic"]:
-                real = half_event["real_topic"]
-                reason = f"the end names topic {event['topic']!r}; the half's real topic is {real!r}"
+            reason = _refusal(event, latest.event, transaction_timeout_ms=transaction_timeout_ms)
         decided = {**event, "reason": reason, "half": None if reason else latest.event}
         if reason is None:
             latest.ended = True
         yield decided
+
+
+_NO_HALF = "no half message with UNIQ_KEY {key!r} was stored before this end"
+_ENDED = "the half message with UNIQ_KEY {key!r} was already ended"
+
+
+def _refusal(end: dict, half: dict, *, transaction_timeout_ms: int) -> str | None:
+    """Why the broker refuses ``end`` of an open ``half`` (events, or their columns), or ``None``."""
+    pairs = [(PGROUP, half["half_group"])] if half["half_group"] is not None else []
+    if half["check_immunity"] is not None:
+        pairs.append((CHECK_IMMUNITY_TIME_IN_SECONDS, half["check_immunity"]))
+    reason = end_refusal(
+        pairs,
+        born_timestamp=half["born_timestamp"],
+        now_ms=end["at"],
+        producer_group=end["producer_group"],
+        from_transaction_check=bool(end["from_check"]),
+        transaction_timeout_ms=transaction_timeout_ms,
+    )
+    if reason is not None:
+        return f"the broker refuses this end: {reason}"
+    if end["topic"] is not None and end["topic"] != half["real_topic"]:
+        return f"the end names topic {end['topic']!r}; the half's real topic is {half['real_topic']!r}"
+    return None
+
+
+# what ``end_records`` reads of a decided end, and of the half it ends (the lake's halves have ``lake_record``, the
+# batch's the ``half_*`` columns)
+DECIDED_END_COLUMNS = ("split", "line", "raw", "end", "at")
+DECIDED_HALF_COLUMNS = ("source", "at", "rank", "line", "half_queue_offset", "half_split", "half_batch", "half_row",
+                        "lake_record")  # fmt: skip
+
+
+# what ``_refusal`` reads of an end and of its half
+_END_REFUSAL_COLUMNS = ("at", "producer_group", "from_check", "topic")
+_HALF_REFUSAL_COLUMNS = ("half_group", "check_immunity", "born_timestamp", "real_topic")
+
+
+def decide_ends_columns(events: pa.Table, *, transaction_timeout_ms: int, half_columns: list[str]) -> pa.Table:
+    """``decide_ends`` over many UNIQ_KEYs at once: ``events`` sorted by UNIQ_KEY, each key's in append order and
+    all of them. Returns the ends in that order, with ``DECIDED_END_COLUMNS``, ``reason`` and ``half`` (the
+    ``half_columns`` of the half it ends, null where refused). ``decide_ends`` is the reference; a test holds the
+    two to the same decisions.
+
+    The latest half before each end is found for all of them at once; what stays per end is the broker's own
+    refusal (``_refusal``) and whether an earlier end of the same half was accepted.
+    """
+    count = events.num_rows
+    keys = events.column("uniq_key").to_numpy(zero_copy_only=False)
+    is_end = events.column("source").to_numpy() == EVENT_SOURCE_END
+    rows = np.arange(count)
+    key_starts = np.ones(count, bool)
+    key_starts[1:] = keys[1:] != keys[:-1]
+    key_start = np.maximum.accumulate(np.where(key_starts, rows, 0))
+    latest_half = np.maximum.accumulate(np.where(is_end, -1, rows))
+    end_rows = np.flatnonzero(is_end)
+    half_rows = latest_half[end_rows]
+    has_half = half_rows >= key_start[end_rows]
+    half_rows = np.where(has_half, half_rows, 0)
+
+    ends = events.take(end_rows)
+    halves = events.take(half_rows)
+    end_values = {name: ends.column(name).to_pylist() for name in _END_REFUSAL_COLUMNS}
+    half_values = {  # a batch without halves, whose lake has none of the keys, has no half columns
+        name: halves.column(name).to_pylist() if name in events.column_names else [None] * len(end_rows)
+        for name in _HALF_REFUSAL_COLUMNS
+    }
+    lake_ended = (
+        pc.fill_null(halves.column("lake_ended"), False).to_numpy(zero_copy_only=False)
+        if "lake_ended" in events.column_names
+        else np.zeros(len(end_rows), bool)
+    )
+    end_keys = keys[end_rows]
+    reasons: list[str | None] = []
+    ended: set[int] = set()
+    for at, half_row in enumerate(half_rows.tolist()):
+        if not has_half[at]:
+            reason = _NO_HALF.format(key=end_keys[at])
+        elif lake_ended[at] or half_row in ended:
+            reason = _ENDED.format(key=end_keys[at])
+        else:
+            reason = _refusal(
+                {name: values[at] for name, values in end_values.items()},
+                {name: values[at] for name, values in half_values.items()},
+                transaction_timeout_ms=transaction_timeout_ms,
+            )
+            if reason is None:
+                ended.add(half_row)
+        reasons.append(reason)
+    reason_array = pa.array(reasons, pa.string())
+    half = pa.StructArray.from_arrays(
+        [halves.column(name).combine_chunks() for name in half_columns],
+        fields=[events.schema.field(name) for name in half_columns],
+        mask=reason_array.is_valid(),
+    )
+    return pa.table(
+        [*(ends.column(name) for name in DECIDED_END_COLUMNS), reason_array, half],
+        names=[*DECIDED_END_COLUMNS, "reason", "half"],
+    )
 
 
 # -- the records of the ends (executors, one split of end lines per task) -------------------
@@ -207,22 +299,6 @@ class EndRecords:
     refused: list[dict]
     commits: int
     rollbacks: int
-
-
-# what ``end_records`` reads of a decided end, and of the half it ends (the lake's halves have ``lake_record``, the
-# batch's the ``half_*`` columns)
-DECIDED_END_COLUMNS = ("split", "line", "raw", "end", "at")
-DECIDED_HALF_COLUMNS = ("source", "at", "rank", "line", "half_queue_offset", "half_split", "half_batch", "half_row",
-                        "lake_record")  # fmt: skip
-
-
-def batch_halves_of(decided) -> Iterator[tuple[int, int, int]]:
-    """The scratch positions ``(split, batch, row)`` of the batch's halves that ``decided`` ends end: what
-    ``end_records`` reads with its ``scratch_row``."""
-    for end in decided:
-        half = end["half"]
-        if end["reason"] is None and half["source"] != EVENT_SOURCE_LAKE:
-            yield half["half_split"], half["half_batch"], half["half_row"]
 
 
 def end_records(decided: list[dict], *, split: int, file_rank: int, scratch_row) -> EndRecords:
@@ -267,6 +343,218 @@ def end_records(decided: list[dict], *, split: int, file_rank: int, scratch_row)
 
 
 _SCRATCH_TYPES = {"source_line": pa.int64(), **MESSAGE_TYPES}
+_SCRATCH_SCHEMA = pa.schema(list(_SCRATCH_TYPES.items()))
+
+
+def end_records_columns(decided: pa.Table, *, split: int, file_rank: int, scratch_rows) -> EndRecords:
+    """``end_records`` column by column: the same records, narrow rows and refused ends (``refused`` as ``line``,
+    ``raw`` and ``reason`` only), from one split's decided ends as a table (``DECIDED_END_COLUMNS``, ``reason``,
+    ``half``). ``end_records`` is the reference, and a test holds the two to the same output.
+
+    ``scratch_rows(splits, batches, rows)``: the scratch rows of the batch's halves at those positions (NumPy
+    arrays), as a table in that order.
+    """
+    decided = decided.sort_by("line")
+    refused_at = pc.is_valid(decided.column("reason")).to_numpy(zero_copy_only=False)
+    refused = [dict(row) for row in decided.filter(refused_at).select(["line", "raw", "reason"]).to_pylist()]
+    ends = decided.filter(~refused_at)
+    if not ends.num_rows:
+        return EndRecords(None, None, refused, 0, 0)
+    halves = ends.column("half").combine_chunks()
+    records = _half_records(halves, scratch_rows)
+    lines = ends.column("line").to_numpy()
+    stamps = ends.column("at").to_numpy()
+    is_commit = pc.equal(ends.column("end"), "COMMIT").to_numpy(zero_copy_only=False)
+
+    # a commit whose half names no real topic and queue fails in the processor: refused, and no op record
+    real_topics, real_queue_ids = _real_queues(records, from_lake=_from_lake(halves))
+    kept = np.ones(len(ends), bool)
+    for row in np.flatnonzero(is_commit).tolist():
+        if real_topics[row] and real_queue_ids[row] is not None:
+            continue
+        try:  # the reference says why
+            pairs = parse_properties(records.column("properties_bytes")[row].as_py()).items()
+            commit(list(pairs), half_sys_flag=0, half_physical_offset=0)
+        except EndRefused as refusal:
+            reason = f"the broker refuses this end: {refusal}"
+        else:
+            raise AssertionError(f"the reference commits the half of line {lines[row]}; its real queue did not parse")
+        refused.append({"line": int(lines[row]), "raw": ends.column("raw")[row].as_py(), "reason": reason})
+        kept[row] = False
+    refused.sort(key=lambda row: row["line"])
+    commit_at = np.flatnonzero(is_commit & kept)
+    op_at = np.flatnonzero(kept)
+    if not len(op_at):
+        return EndRecords(None, None, refused, 0, 0)
+
+    commits = _commit_columns(
+        records.take(commit_at),
+        lines=lines[commit_at],
+        stamps=stamps[commit_at],
+        topics=[real_topics[row] for row in commit_at],
+        queue_ids=np.array([real_queue_ids[row] for row in commit_at], np.int32),
+        physical_offsets=_half_physical_offsets(halves)[commit_at],
+    )
+    ops = _op_columns(
+        records.take(op_at),
+        lines=lines[op_at],
+        stamps=stamps[op_at],
+        half_queue_offsets=halves.field("half_queue_offset").take(op_at).to_pylist(),
+    )
+    # each end's commit, then its op record, in line order
+    kinds = np.r_[np.full(len(commit_at), MESSAGE_ROW, np.int8), np.full(len(op_at), OP_ROW, np.int8)]
+    order = np.lexsort((kinds, np.r_[lines[commit_at], lines[op_at]]))
+    table = pa.concat_tables([commits, ops]).take(order)
+    has_parent = np.r_[~_from_lake(halves)[commit_at], np.zeros(len(op_at), bool)][order]
+    parent_rows = np.r_[commit_at, np.zeros(len(op_at), np.int64)][order]
+    parents = tuple(
+        pa.array(halves.field(name).to_numpy(zero_copy_only=False)[parent_rows].astype(kind), mask=~has_parent)
+        for name, kind in (("at", np.int64), ("rank", np.int32), ("line", np.int64))
+    )
+    narrow = appended_narrow_rows(
+        table,
+        split=split,
+        file_rank=file_rank,
+        first_batch=0,
+        kinds=pa.array(kinds[order]),
+        origin_timestamps=table.column("store_timestamp").combine_chunks(),
+        parents=parents,
+    )
+    return EndRecords(table, narrow, refused, len(commit_at), len(op_at) - len(commit_at))
+
+
+def _from_lake(halves: pa.StructArray) -> np.ndarray:
+    return halves.field("source").to_numpy(zero_copy_only=False) == EVENT_SOURCE_LAKE
+
+
+def _real_queues(records: pa.Table, *, from_lake: np.ndarray) -> tuple[list, list]:
+    """Each half's REAL_TOPIC and REAL_QID (``None``: not an int), as the processor reads them: from the stored
+    properties string. The parse built a batch half's map column from the same pairs; a half of the lake may come
+    from anywhere, so its string is parsed."""
+    properties = records.column("properties")
+    topics = pc.map_lookup(properties, REAL_TOPIC, "last").to_pylist()
+    queues = pc.map_lookup(properties, REAL_QID, "last").to_pylist()
+    for row in np.flatnonzero(from_lake).tolist():
+        named = parse_properties(records.column("properties_bytes")[row].as_py())
+        topics[row], queues[row] = named.get(REAL_TOPIC), named.get(REAL_QID)
+    return topics, [java_int(text) for text in queues]
+
+
+def _half_records(halves: pa.StructArray, scratch_rows) -> pa.Table:
+    """The scratch row of each end's half: read for the batch's halves, from ``lake_record`` for the lake's."""
+    from_lake = _from_lake(halves)
+    parts, positions = [], []
+    batch_at = np.flatnonzero(~from_lake)
+    if len(batch_at):
+        where = [halves.field(name).take(batch_at).to_numpy() for name in ("half_split", "half_batch", "half_row")]
+        parts.append(scratch_rows(*where).select(SCRATCH_COLUMNS).cast(_SCRATCH_SCHEMA))
+        positions.append(batch_at)
+    lake_at = np.flatnonzero(from_lake)
+    if len(lake_at):
+        lake = halves.field("lake_record").take(lake_at)
+        rows = pa.Table.from_arrays(lake.flatten(), names=[field.name for field in lake.type])
+        parts.append(scratch_rows_of_commitlog(rows).cast(_SCRATCH_SCHEMA))
+        positions.append(lake_at)
+    order = np.concatenate(positions)
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    return pa.concat_tables(parts).take(inverse)
+
+
+def _half_physical_offsets(halves: pa.StructArray) -> np.ndarray:
+    """The commitlog offset of each end's half: a lake half's own, 0 for the batch's (known when placed)."""
+    from_lake = _from_lake(halves)
+    offsets = np.zeros(len(halves), np.int64)
+    lake_at = np.flatnonzero(from_lake)
+    if len(lake_at):
+        offsets[lake_at] = halves.field("lake_record").field("physical_offset").take(lake_at).to_numpy()
+    return offsets
+
+
+def _commit_columns(halves: pa.Table, *, lines, stamps, topics, queue_ids, physical_offsets) -> pa.Table:
+    """``_commit_record`` of many halves (scratch rows) whose real topic and queue parse."""
+    sys_flags = halves.column("sys_flag").to_numpy()
+    flags = (sys_flags & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE
+    magics = _magics(topics)
+    topic_array = pa.array(topics, pa.string())
+    round_robin = halves.column("real_queue_round_robin").to_numpy(zero_copy_only=False)
+    changed = {
+        "source_line": pa.array(lines, pa.int64()),
+        "topic": topic_array,
+        "queue_id": pa.array(queue_ids, pa.int32(), mask=round_robin),
+        "sys_flag": pa.array(flags, pa.int32()),
+        "magic": pa.array(magics, pa.int32()),
+        "store_timestamp": pa.array(stamps, pa.int64()),
+        "prepared_transaction_offset": pa.array(physical_offsets, pa.int64()),
+        "total_size": pa.array(
+            record_sizes(
+                body_lengths=_lengths(halves.column("body")),
+                topic_lengths=_lengths(topic_array),
+                properties_lengths=_lengths(halves.column("properties_bytes")),
+                born_v6=(flags & BORNHOST_V6_FLAG) != 0,
+                store_v6=(flags & STOREHOST_V6_FLAG) != 0,
+                magics=magics,
+            ),
+            pa.int32(),
+        ),
+    }
+    return pa.table({name: changed.get(name, halves.column(name)) for name in SCRATCH_COLUMNS}, schema=_SCRATCH_SCHEMA)
+
+
+def _op_columns(halves: pa.Table, *, lines, stamps, half_queue_offsets) -> pa.Table:
+    """``_op_record`` of many halves (scratch rows)."""
+    count = halves.num_rows
+    bodies = [f"{offset},".encode() for offset in half_queue_offsets]
+    store_v6 = (halves.column("sys_flag").to_numpy() & STOREHOST_V6_FLAG) != 0
+    magic = magic_for_topic(OP_TOPIC)
+    on_half_topic = pc.fill_null(pc.equal(halves.column("topic"), HALF_TOPIC), False)
+    store_hosts = halves.column("store_host")
+    stamp_array = pa.array(stamps, pa.int64())
+    zeros = np.zeros(count, np.int32)
+    columns = {
+        "source_line": pa.array(lines, pa.int64()),
+        "topic": pa.array([OP_TOPIC] * count, pa.string()),
+        "queue_id": pc.if_else(on_half_topic, halves.column("queue_id"), pa.scalar(0, pa.int32())),
+        "flag": pa.array(zeros),
+        "sys_flag": pa.array(np.where(store_v6, BORNHOST_V6_FLAG | STOREHOST_V6_FLAG, 0).astype(np.int32)),
+        "magic": pa.array(np.full(count, magic, np.int32)),
+        "born_timestamp": stamp_array,
+        "born_host": store_hosts,
+        "store_timestamp": stamp_array,
+        "store_host": store_hosts,
+        "store_host_prefix": halves.column("store_host_prefix"),
+        "reconsume_times": pa.array(zeros),
+        "prepared_transaction_offset": pa.array(np.zeros(count, np.int64)),
+        "body": pa.array(bodies, pa.binary()),
+        "body_crc": pa.array([body_crc(body) for body in bodies], pa.int32()),
+        "properties": pa.array([_OP_PAIRS] * count, MESSAGE_TYPES["properties"]),
+        "properties_bytes": pa.array([_OP_PROPERTIES] * count, pa.binary()),
+        "keys": pa.array([[]] * count, MESSAGE_TYPES["keys"]),
+        "tags": pa.array([REMOVE_TAG] * count, pa.string()),
+        "uniq_key": pa.nulls(count, pa.string()),
+        "total_size": pa.array(
+            record_sizes(
+                body_lengths=np.fromiter(map(len, bodies), np.int64, count),
+                topic_lengths=np.full(count, len(OP_TOPIC)),
+                properties_lengths=np.full(count, len(_OP_PROPERTIES)),
+                born_v6=store_v6,
+                store_v6=store_v6,
+                magics=np.full(count, magic),
+            ),
+            pa.int32(),
+        ),
+        "real_queue_round_robin": pa.array(np.zeros(count, bool)),
+    }
+    return pa.table(columns, schema=_SCRATCH_SCHEMA)
+
+
+def _magics(topics: list[str]) -> np.ndarray:
+    by_topic = {topic: magic_for_topic(topic) for topic in set(topics)}
+    return np.array([by_topic[topic] for topic in topics], np.int32)
+
+
+def _lengths(values) -> np.ndarray:
+    return pc.binary_length(values).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def _lake_scratch_row(lake_record: dict) -> dict:

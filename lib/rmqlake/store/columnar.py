@@ -25,11 +25,11 @@ import pyarrow.compute as pc
 from rmqlake.formats.hosts import parse_host
 from rmqlake.formats.record import (
     BORNHOST_V6_FLAG,
-    FIXED_FIELDS_LENGTH,
     MAGIC_V1,
     MAGIC_V2,
     MAX_V1_TOPIC_BYTES,
     STOREHOST_V6_FLAG,
+    record_sizes,
 )
 from rmqlake.lake.tables import COMMITLOG
 
@@ -104,16 +104,13 @@ def encode_record_batch(batch: pa.RecordBatch) -> EncodedRecords | None:
     properties_length = pc.binary_length(properties).to_numpy(zero_copy_only=False).astype(np.int64)
     if (properties_length > MAX_PROPERTIES_BYTES).any():
         return None
-    size = (
-        FIXED_FIELDS_LENGTH
-        + 8
-        + 12 * born_v6
-        + 8
-        + 12 * store_v6
-        + body_length
-        + np.where(is_v1, 1, 2)
-        + topic_length
-        + properties_length
+    size = record_sizes(
+        body_lengths=body_length,
+        topic_lengths=topic_length,
+        properties_lengths=properties_length,
+        born_v6=born_v6,
+        store_v6=store_v6,
+        magics=magic,
     )
     total_size = batch.column("total_size").to_numpy().astype(np.int64)
     if (size != total_size).any():
