@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from rmqlake.formats.transaction import HALF_TOPIC
 from rmqlake.generate import TopicPlan, generate
 from rmqlake.ingest.files import Split, iter_split_line_blocks
 from rmqlake.ingest.jvm import month_table, options_text
@@ -60,8 +61,8 @@ def reference(raw: bytes, *, options: ParseOptions, number: int) -> dict | None:
     if not isinstance(parsed, ParsedMessage):
         return None
     fields = parsed._asdict()
-    if fields.pop("real_queue_round_robin") is not None:
-        return None  # re-routed (delay level, timer, half): never accepted by the JVM parser
+    if fields["real_queue_round_robin"] is not None and fields["topic"] != HALF_TOPIC:
+        return None  # re-routed by a delay level or timer: never accepted by the JVM parser
     fields["body"] = base64.b64encode(fields["body"]).decode()
     fields["properties_bytes"] = base64.b64encode(fields["properties_bytes"]).decode()
     fields["properties"] = [list(pair) for pair in fields["properties"]]
@@ -97,7 +98,8 @@ def test_corner_lines(tmp_path, options):
 def test_generated_logs_with_bad_lines_delays_and_transactions(tmp_path: Path):
     topics = [TopicPlan("Orders", 8, False), TopicPlan("Profiles", 4, True), TopicPlan("Clicks", 4, False)]
     root = tmp_path / "logs"
-    generate(root, messages=4000, topics=topics, hours=2, bad_rate=0.05, seed=23, max_message_size=4096)
+    generate(root, messages=4000, topics=topics, hours=2, bad_rate=0.05, seed=23, max_message_size=4096,
+             schedule_share=0.05, transaction_share=0.1)  # fmt: skip
     options = ParseOptions(**{**OPTIONS.__dict__, "queue_counts": {"Orders": 8, "Profiles": 4, "Clicks": 4}})
     accepted = plain = 0
     for path in sorted(root.rglob("*.jsonl")):
@@ -105,6 +107,8 @@ def test_generated_logs_with_bad_lines_delays_and_transactions(tmp_path: Path):
         accepted, plain = accepted + counts[0], plain + counts[1]
     assert plain > 3000
     assert accepted >= 0.97 * plain, (accepted, plain)
+    halves = sum(path.read_bytes().count(b'"TRAN_MSG"') for path in root.rglob("*.jsonl"))
+    assert halves > 200  # among the plain lines the JVM takes
 
 
 def test_common_shapes_are_accepted(tmp_path):
@@ -115,11 +119,19 @@ def test_common_shapes_are_accepted(tmp_path):
         line(keys=" a  b ", tags="", uniqKey="", properties={"KEYS": "given", "e": ""}, storeTimestamp=0),
         line(topic="Auto", preparedTransactionOffset=2**63 - 1, bornTimestamp=0, queueId=None, keys=None),
         b'{ "topic" : "Orders" ,\t"body":"x", "bornTimestamp" : 5 , "tags": null }  ',
+        # transactional halves: stored on the half topic, with a queue given, by the keys' hash, or round robin
+        line(transaction="PREPARED", properties={"TRAN_MSG": "true", "PGROUP": "g"}, queueId=3),
+        line(transaction="PREPARED", properties={"TRAN_MSG": "TRUE", "PGROUP": "g"}, keys=["k1", "k2"]),
+        line(properties={"TRAN_MSG": "True", "REAL_QID": "9", "a": "1"}, bornHost="[2001:db8::1]:7", uniqKey="U7"),
+        line(topic="%RETRY%" + "g" * 150, properties={"TRAN_MSG": "true", "__transactionId__": "mine"}, tags="t"),
     ]
     got = jvm_parse(tmp_path, clean, options=OPTIONS)
     assert [index for index, fields in enumerate(got) if fields is None] == []
     accepted, plain = assert_agree(tmp_path, clean)
     assert accepted == plain == len(clean)
+    halves = got[-4:]
+    assert all(fields["topic"] == HALF_TOPIC and fields["queue_id"] == 0 for fields in halves)
+    assert [fields["real_queue_round_robin"] for fields in halves] == [False, False, True, True]
 
 
 def test_lines_left_to_the_reference(tmp_path):
@@ -141,11 +153,15 @@ def test_lines_left_to_the_reference(tmp_path):
         line(topic="RMQ_SYS_TRANS_HALF_TOPIC"),
         line(bornTimestamp=7_258_118_400_000),  # 2200-01-01: past the month table
         {"endTransaction": "COMMIT", "uniqKey": "AB", "storeTimestamp": 5},
+        line(properties={"TRAN_MSG": "true", "DELAY": "3"}),  # a half with a delay level: refused
+        line(properties={"TRAN_MSG": "yes"}),  # not a half: stored as sent, TRAN_MSG and all
+        line(properties={"TRAN_MSG": "tru\u0435"}),  # a Cyrillic e
         line(properties={f"p{i}": "v" for i in range(1)} | {"Aa": "1", "BB": "2"}),  # fine: a colliding pair only
+        line(properties={"TRAN_MSG": ""}),  # fine: an empty value is dropped, as the broker's parser drops it
     ]
     undecided[15] = json.dumps(undecided[15]).encode()
     got = jvm_parse(tmp_path, undecided, options=OPTIONS)
-    assert [fields is None for fields in got] == [True] * 16 + [False]
+    assert [fields is None for fields in got] == [True] * 19 + [False, False]
     assert_agree(tmp_path, undecided)
 
 
@@ -296,7 +312,8 @@ def test_a_split_parsed_in_the_jvm_gives_the_python_routes_messages(tmp_path):
     schema, and its undecided lines are the other lines, byte for byte."""
     topics = [TopicPlan("Orders", 8, False), TopicPlan("Profiles", 4, True), TopicPlan("Clicks", 4, False)]
     root = tmp_path / "logs"
-    generate(root, messages=3000, topics=topics, hours=1, bad_rate=0.05, seed=29, max_message_size=4096)
+    generate(root, messages=3000, topics=topics, hours=1, bad_rate=0.05, seed=29, max_message_size=4096,
+             transaction_share=0.1)  # fmt: skip
     options = ParseOptions(**{**OPTIONS.__dict__, "queue_counts": {"Orders": 8, "Profiles": 4, "Clicks": 4}})
     lines = b"".join(path.read_bytes() for path in sorted(root.rglob("*.jsonl"))).split(b"\n")[:-1]
     lines[5] = lines[5] + b"\r"

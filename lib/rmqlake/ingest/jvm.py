@@ -124,14 +124,16 @@ def passable(path: str) -> bool:
 
 @dataclass(frozen=True)
 class JvmSplitCounts:
-    """What the JVM found in a split: its lines, the messages it accepted and the lines it left undecided; or,
-    ``gave_up``, why it left the whole split to the Python route (it wrote no file of it)."""
+    """What the JVM found in a split: its lines, the messages it accepted (``halves`` of them transactional halves)
+    and the lines it left undecided; or, ``gave_up``, why it left the whole split to the Python route (it wrote no
+    file of it)."""
 
     split: int
     lines: int
     accepted: int
     undecided: int
     last_store_timestamp: int | None
+    halves: int = 0
     gave_up: str | None = None
 
 
@@ -147,9 +149,11 @@ def parse_in_jvm(spark, splits: list[JvmSplit], *, options: ParseOptions) -> lis
         if fields[1] == "gave up":
             counts.append(JvmSplitCounts(int(fields[0]), 0, 0, 0, None, gave_up=fields[2]))
             continue
-        split, lines, accepted, undecided, latest = fields
+        split, lines, accepted, undecided, halves, latest = fields
         counts.append(
-            JvmSplitCounts(int(split), int(lines), int(accepted), int(undecided), int(latest) if latest else None)
+            JvmSplitCounts(
+                int(split), int(lines), int(accepted), int(undecided), int(latest) if latest else None, int(halves)
+            )
         )
     if [c.split for c in counts] != [s.split for s in splits]:
         raise AssertionError("the JVM parse job did not answer for every split, in order")

@@ -599,6 +599,12 @@ def _fields_from_json(raw: bytes | str) -> LineFields:
 
 # The fields of an end line besides endTransaction, uniqKey and storeTimestamp: the optional ones are allowed.
 _END_LINE_OPTIONAL = ("topic", "producer_group", "from_transaction_check")
+# the other fields, (name, JSON name), in declaration order: the first one a line has is named in its rejection
+_END_LINE_OTHERS = tuple(
+    (name, json_name)
+    for name, json_name in zip(LineFields.__struct_fields__, LineFields.__struct_encode_fields__, strict=True)
+    if name not in ("end_transaction", "uniq_key", "store_timestamp", *_END_LINE_OPTIONAL)
+)
 
 
 def _end_line(line: LineFields, *, typed: bool) -> EndTransaction:
@@ -607,12 +613,9 @@ def _end_line(line: LineFields, *, typed: bool) -> EndTransaction:
     if kind not in END_KINDS:
         raise Rejection(f"field 'endTransaction' must be COMMIT or ROLLBACK, got {kind!r:.40}")
     absent_body = msgspec.Raw(b"") if typed else None
-    for name in LineFields.__struct_fields__:
-        if name in ("end_transaction", "uniq_key", "store_timestamp", *_END_LINE_OPTIONAL):
-            continue
+    for name, json_name in _END_LINE_OTHERS:
         value = getattr(line, name)
         if value is not None and not (name == "body" and value == absent_body):
-            json_name = LineFields.__struct_encode_fields__[LineFields.__struct_fields__.index(name)]
             raise Rejection(
                 f"an endTransaction line names the half by uniqKey and has no message fields; it has '{json_name}'"
             )

@@ -215,11 +215,21 @@ def parse_split(task: SplitTask, *, options: ParseOptions, target: IngestTarget)
     return _write_split_files(parsed_blocks(), task, split=task.index, options=options, target=target)
 
 
-def parse_remainder(task: SplitTask, *, options: ParseOptions, target: IngestTarget) -> pa.RecordBatch:
+def parse_remainder(
+    task: SplitTask, *, options: ParseOptions, target: IngestTarget, undecided: bool = True, jvm_halves: bool = False
+) -> pa.RecordBatch:
     """Parse the lines of ``task``'s split that the JVM parser left undecided (``IngestParse`` wrote them with
     their line numbers) by the per-line parser, into the files of split ``task.remainder``, as ``parse_split``
-    does; return their counts."""
+    does; return their counts. With ``jvm_halves``, list the halves the JVM parser accepted too (its split's halves
+    file); without ``undecided``, there is nothing else to do."""
     storage = target.storage()
+    if jvm_halves:
+        _write_jvm_halves(task, target)
+    if not undecided:
+        return pa.RecordBatch.from_pylist(
+            [{"split": task.remainder, "lines": 0, "rejected": 0, "origins": 0, "ends": 0, "halves": 0}],
+            schema=PARSED_COUNTS.arrow_schema,
+        )
 
     def parsed_blocks() -> Iterator[pa.RecordBatch]:
         with storage.open_mapped(target.undecided_file(task.index)) as source:
@@ -235,6 +245,37 @@ def parse_remainder(task: SplitTask, *, options: ParseOptions, target: IngestTar
                 )
 
     return _write_split_files(parsed_blocks(), task, split=task.remainder, options=options, target=target)
+
+
+# what ``halves_of`` reads of a split's records: not their bodies
+_HALF_SOURCE_COLUMNS = ["source_line", "topic", "store_timestamp", "uniq_key", "born_timestamp", "properties"]
+
+
+def _write_jvm_halves(task: SplitTask, target: IngestTarget) -> None:
+    """The halves file of the messages the JVM parser accepted in ``task``'s split: its scratch file's records on
+    the half topic (the JVM writes batches of ``SCRATCH_BATCH_ROWS``, the positions ``halves_of`` gives)."""
+    storage = target.storage()
+    halves = []
+    with storage.open_mapped(target.scratch_file(task.index)) as source:
+        reader = pa.ipc.open_file(source)
+        for index in range(reader.num_record_batches):
+            batch = reader.get_batch(index)
+            if batch.num_rows > SCRATCH_BATCH_ROWS:
+                raise AssertionError(f"a JVM scratch batch of {batch.num_rows} rows; halves are found by position")
+            records = pa.Table.from_batches([batch.select(_HALF_SOURCE_COLUMNS)])
+            found = halves_of(records, split=task.index, file_rank=task.file_rank, first_batch=index)
+            if found is not None:
+                halves.append(found)
+    _write_task_rows(storage, target.halves_file(task.index), halves)
+
+
+def _write_task_rows(storage: Storage, relative: str, tables: list[pa.Table]) -> None:
+    """Small rows a parse task leaves for the ends of transactions (``END_LINES``, ``HALVES``): Parquet, which
+    Spark reads; none, no file."""
+    if tables:
+        writer = AtomicParquet(storage, relative, row_group_size=1 << 20, compression="none")
+        writer.write(pa.concat_tables(tables))
+        writer.close()
 
 
 def _write_split_files(
@@ -303,11 +344,8 @@ def _write_split_files(
         _write_narrow(storage, target.narrow_file(split), narrow)
     if rejected:
         _write_rejected(storage, target, split, rejected)
-    for rows, relative in ((ends, target.ends_file(split)), (halves, target.halves_file(split))):
-        if rows:
-            writer = AtomicParquet(storage, relative, row_group_size=1 << 20, compression="none")
-            writer.write(pa.concat_tables(rows))
-            writer.close()
+    _write_task_rows(storage, target.ends_file(split), ends)
+    _write_task_rows(storage, target.halves_file(split), halves)
     return pa.RecordBatch.from_pydict(
         {
             "split": [split],
@@ -900,14 +938,19 @@ class PythonParse:
     task: SplitTask
     remainder: bool
     weight: int  # bytes to read: the split's, or its undecided lines' file
+    undecided: bool = True  # a remainder: the JVM left lines
+    jvm_halves: bool = False  # a remainder: the JVM accepted halves, whose file the task writes
 
     @property
     def index(self) -> int:
         return self.task.remainder if self.remainder else self.task.index
 
     def run(self, *, options: ParseOptions, target: IngestTarget) -> pa.RecordBatch:
-        parse = parse_remainder if self.remainder else parse_split
-        return parse(self.task, options=options, target=target)
+        if self.remainder:
+            return parse_remainder(
+                self.task, options=options, target=target, undecided=self.undecided, jvm_halves=self.jvm_halves
+            )
+        return parse_split(self.task, options=options, target=target)
 
 
 def jvm_can_parse(task: SplitTask, target: IngestTarget) -> bool:
@@ -966,13 +1009,15 @@ def parse_splits(
             work.append(PythonParse(task, False, task.end - task.start))
             continue
         rows.append(
-            {"split": counts.split, "lines": counts.accepted, "rejected": 0, "ends": 0, "halves": 0, "origins": 0,
-             "last_store_timestamp": counts.last_store_timestamp}
+            {"split": counts.split, "lines": counts.accepted, "rejected": 0, "ends": 0, "halves": counts.halves,
+             "origins": 0, "last_store_timestamp": counts.last_store_timestamp}
         )  # fmt: skip
-        if counts.undecided:
+        if counts.undecided or counts.halves:
             task = by_index[counts.split]
-            size = storage.fs.get_file_info(storage.file_path(target.undecided_file(task.index))).size
-            work.append(PythonParse(task, True, size))
+            # listing the JVM's halves reads a few narrow columns of its scratch file: little next to parsing lines
+            undecided = storage.file_path(target.undecided_file(task.index))
+            size = storage.fs.get_file_info(undecided).size if counts.undecided else 0
+            work.append(PythonParse(task, True, size, undecided=counts.undecided > 0, jvm_halves=counts.halves > 0))
     if work:
         groups = split_groups(work, groups=PARSE_TASKS_PER_CORE * spark.sparkContext.defaultParallelism,
                               weight=lambda w: w.weight)  # fmt: skip

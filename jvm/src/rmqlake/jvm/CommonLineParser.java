@@ -17,10 +17,12 @@ import java.util.zip.CRC32;
  * <p>The per-line parser of the Python package is the reference: it states every rule and every reject reason.
  * This one only <em>accepts</em>, and only lines whose outcome it can tell without doubt: a flat JSON object of
  * the known fields, strings without escapes, integers without fraction or exponent, a body that is plain text
- * or canonical base64, no delay level, timer or transactional half (the broker re-routes those), no
+ * or canonical base64, no delay level or timer (the broker re-routes those to its schedule topics), no
  * {@code endTransaction}. For such a line it computes what the reference computes (queue by the keys' hash,
- * the generated UNIQ_KEY, the properties in the broker's HashMap order, sizes, CRC). Any line it does not
- * accept, it returns {@code null} for: the reference then accepts or rejects it, with its reason.
+ * the generated UNIQ_KEY, the properties in the broker's HashMap order, sizes, CRC). A transactional half send
+ * ({@code TRAN_MSG} true) it stores as the broker does, on the half topic with its real topic and queue among its
+ * properties. Any line it does not accept, it returns {@code null} for: the reference then accepts or rejects it,
+ * with its reason.
  *
  * <p>The broker's HashMap order is the real one here ({@code java.util.HashMap} of capacity 128); a property set
  * whose names crowd one bucket to 8 entries (where the HashMap would make the bucket a tree) is left undecided, as
@@ -43,8 +45,15 @@ public final class CommonLineParser {
     static final int BROKER_MAP_CAPACITY = 128;
     static final int TREEIFY_THRESHOLD = 8;
     static final Set<String> FORBIDDEN_SEND_TOPICS = Set.of("RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC");
-    /** Properties the broker re-routes a message by: a delay level, a timer, a transactional half. */
-    static final Set<String> SCHEDULING = Set.of("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TRAN_MSG");
+    /** Properties the broker re-routes a message to its schedule topics by: a delay level, a timer. */
+    static final Set<String> SCHEDULING = Set.of("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS");
+    /** A transactional half send: stored on queue 0 of the half topic, its real topic and queue as properties. */
+    static final String TRAN_MSG = "TRAN_MSG";
+    static final String HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC";
+    static final String TRANSACTION_ID = "__transactionId__";
+    static final String REAL_TOPIC = "REAL_TOPIC";
+    static final String REAL_QID = "REAL_QID";
+    static final int TRANSACTION_TYPE_MASK = 0xC;
     static final Map<String, Integer> TRANSACTION_TYPES = Map.of("NOT_TYPE", 0x0, "PREPARED", 0x4, "COMMIT", 0x8, "ROLLBACK", 0xC);
 
     /** The configuration values a line's outcome depends on (the reference's ParseOptions). */
@@ -113,6 +122,11 @@ public final class CommonLineParser {
         public String tags;
         public String uniqKey;
         public int totalSize;
+        /** A half sent without a queue: its REAL_QID (0 here) is its real topic's round-robin turn at the append;
+         * {@code null} for a message stored on its own topic. */
+        public Boolean realQueueRoundRobin;
+        /** The topic a half was sent to (its REAL_TOPIC); {@code null} for a message stored on its own topic. */
+        public String realTopic;
     }
 
     private static final class TopicInfo {
@@ -277,6 +291,25 @@ public final class CommonLineParser {
         if (!options.clusterName.isEmpty()) {
             merged.put("CLUSTER", options.clusterName);
         }
+        // A half send (Boolean.parseBoolean of TRAN_MSG): the broker adds its transaction id and real topic and
+        // queue to the same map, stores it on queue 0 of the half topic and clears the transaction type.
+        String transactional = merged.get(TRAN_MSG);
+        String realTopic = null;
+        Boolean realQueueRoundRobin = null;
+        if (transactional != null) {
+            if (!isTrue(transactional)) {
+                return null; // stored as sent, TRAN_MSG and all: the reference decides
+            }
+            merged.put(TRANSACTION_ID, uniq);
+            merged.put(REAL_TOPIC, topic);
+            merged.put(REAL_QID, Integer.toString(queueId != null ? queueId : 0)); // 0: the turn, at the append
+            realTopic = topic;
+            realQueueRoundRobin = queueId == null;
+            topic = HALF_TOPIC;
+            info = topic(HALF_TOPIC);
+            queueId = 0;
+            transactionFlag &= ~TRANSACTION_TYPE_MASK;
+        }
         List<String> order = layout(new ArrayList<>(merged.keySet()));
         if (order == null) {
             return null;
@@ -335,7 +368,15 @@ public final class CommonLineParser {
         out.tags = tags;
         out.uniqKey = uniq;
         out.totalSize = (int) size;
+        out.realQueueRoundRobin = realQueueRoundRobin;
+        out.realTopic = realTopic;
         return out;
+    }
+
+    /** {@code Boolean.parseBoolean}, for ASCII letters: "true" in any case. */
+    private static boolean isTrue(String value) {
+        return value.length() == 4 && value.toLowerCase(java.util.Locale.ROOT).equals("true")
+                && value.chars().allMatch(c -> c < 0x80);
     }
 
     private TopicInfo topic(String topic) {

@@ -38,8 +38,8 @@ public final class IngestParse {
      * Parses the splits of {@code tasks} (a line each: split, file rank, path, start, end, first line, hash32,
      * scratch path, narrow path, undecided path, tab-separated; paths absolute and local) with the parse options
      * of {@code options} ({@link ParseLinesTool#readOptions}); returns a line per split: split, lines, accepted,
-     * undecided, the latest store time of the accepted messages (empty: none), tab-separated; or split, "gave up"
-     * and the reason, for a split left to the Python route.
+     * undecided, accepted halves, the latest store time of the accepted messages (empty: none), tab-separated; or
+     * split, "gave up" and the reason, for a split left to the Python route.
      */
     public static String run(JavaSparkContext context, String options, String tasks) {
         List<String> lines = Arrays.asList(tasks.split("\n"));
@@ -84,7 +84,7 @@ public final class IngestParse {
                 place(undecidedTemporary, undecided);
             }
             String latest = counts[1] > 0 ? Long.toString(narrow.lastStoreTimestamp()) : "";
-            return split + "\t" + counts[0] + "\t" + counts[1] + "\t" + counts[2] + "\t" + latest;
+            return split + "\t" + counts[0] + "\t" + counts[1] + "\t" + counts[2] + "\t" + counts[3] + "\t" + latest;
         } finally {
             for (Path path : temporaries) {
                 Files.deleteIfExists(path);

@@ -32,8 +32,9 @@ import org.apache.arrow.vector.types.pojo.Schema;
  * store-time span in the footer ({@link #SPANS_KEY}).
  *
  * <p>Every row is an input message of one file ({@code kind} 0, {@code origin_timestamp} its store time): within a
- * split the append order is store time, then line. Lines the JVM accepts are never re-routed, so no row has a due
- * time, a delay level or a parent, and a message sent without a queue takes a turn of its own topic.
+ * split the append order is store time, then line. Lines the JVM accepts are never delayed, so no row has a due
+ * time, a delay level or a parent. A message sent without a queue takes a turn of its own topic, a transactional
+ * half sent without one a turn of its real topic (its REAL_QID).
  */
 final class NarrowRows {
     /** {@code NARROW_BATCH_ROWS} of the Python package: the unit the ordering step reads. */
@@ -63,6 +64,7 @@ final class NarrowRows {
     private long[] sourceLines = new long[1024];
     private long[] storeTimestamps = new long[1024];
     private byte[][] topics = new byte[1024][];
+    private byte[][] turnTopics = new byte[1024][]; // null: the message takes no round-robin turn
     private int[] queueIds = new int[1024];
     private int[] sysFlags = new int[1024];
     private int[] totalSizes = new int[1024];
@@ -83,17 +85,25 @@ final class NarrowRows {
             sourceLines = Arrays.copyOf(sourceLines, grown);
             storeTimestamps = Arrays.copyOf(storeTimestamps, grown);
             topics = Arrays.copyOf(topics, grown);
+            turnTopics = Arrays.copyOf(turnTopics, grown);
             queueIds = Arrays.copyOf(queueIds, grown);
             sysFlags = Arrays.copyOf(sysFlags, grown);
             totalSizes = Arrays.copyOf(totalSizes, grown);
         }
         sourceLines[count] = sourceLine;
         storeTimestamps[count] = message.storeTimestamp;
-        topics[count] = topicBytes.computeIfAbsent(message.topic, topic -> topic.getBytes(StandardCharsets.UTF_8));
+        topics[count] = utf8(message.topic);
+        // a message sent without a queue takes a turn of its topic; a half sent without one, of its real topic
+        turnTopics[count] = message.queueId == null ? topics[count]
+                : Boolean.TRUE.equals(message.realQueueRoundRobin) ? utf8(message.realTopic) : null;
         queueIds[count] = message.queueId == null ? NO_QUEUE : message.queueId;
         sysFlags[count] = message.sysFlag;
         totalSizes[count] = message.totalSize;
         count++;
+    }
+
+    private byte[] utf8(String topic) {
+        return topicBytes.computeIfAbsent(topic, name -> name.getBytes(StandardCharsets.UTF_8));
     }
 
     /** The latest store time of the rows ({@code Long.MIN_VALUE}: no rows). */
@@ -172,8 +182,8 @@ final class NarrowRows {
         ((IntVector) v[9]).setSafe(j, i % SplitScratch.BATCH_ROWS);
         ((TinyIntVector) v[10]).setSafe(j, 0);
         ((BigIntVector) v[11]).setSafe(j, storeTimestamps[i]);
-        if (noQueue) {
-            ((VarCharVector) v[12]).setSafe(j, topics[i]); // a round-robin turn of its own topic
+        if (turnTopics[i] != null) {
+            ((VarCharVector) v[12]).setSafe(j, turnTopics[i]);
         } else {
             ((VarCharVector) v[12]).setNull(j);
         }

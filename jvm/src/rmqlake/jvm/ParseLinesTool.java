@@ -134,6 +134,7 @@ public final class ParseLinesTool {
         field(out, "tags", m.tags);
         field(out, "uniq_key", m.uniqKey);
         out.append(",\"total_size\":").append(m.totalSize);
+        out.append(",\"real_queue_round_robin\":").append(m.realQueueRoundRobin);
         return out.append('}').toString();
     }
 

@@ -59,7 +59,7 @@ public final class SplitScratch {
 
     private SplitScratch() {}
 
-    /** Lines, accepted messages and undecided lines of the split. */
+    /** Lines, accepted messages, undecided lines and accepted halves (transactional) of the split. */
     public static long[] parse(
             String path, long start, long end, long firstLine, int fileHash32, CommonLineParser.Options options,
             String messagesPath, String undecidedPath) throws IOException {
@@ -76,7 +76,7 @@ public final class SplitScratch {
                 Writer messages = new Writer(allocator, messagesSchema(), messagesPath);
                 Writer undecided = new Writer(allocator, undecidedSchema(), undecidedPath);
                 FileChannel channel = FileChannel.open(Paths.get(path), StandardOpenOption.READ)) {
-            long[] counts = new long[3];
+            long[] counts = new long[4];
             long number = firstLine;
             Lines lines = new Lines(channel, start, end);
             while (lines.next()) {
@@ -87,6 +87,9 @@ public final class SplitScratch {
                         narrow.add(number, parsed);
                     }
                     counts[1]++;
+                    if (parsed.realTopic != null) {
+                        counts[3]++; // a half
+                    }
                 } else {
                     undecided.undecided(number, lines.buffer, lines.lineStart, lines.lineEnd);
                     counts[2]++;
@@ -304,7 +307,11 @@ public final class SplitScratch {
             text(v[18], i, m.tags, true);
             text(v[19], i, m.uniqKey, false);
             ((IntVector) v[20]).setSafe(i, m.totalSize);
-            ((BitVector) v[21]).setNull(i); // set when the broker re-routes, which lines taken here never are
+            if (m.realQueueRoundRobin != null) {
+                ((BitVector) v[21]).setSafe(i, m.realQueueRoundRobin ? 1 : 0);
+            } else {
+                ((BitVector) v[21]).setNull(i); // stored on its own topic
+            }
             row();
         }
 
