@@ -477,7 +477,7 @@ def _commit_columns(halves: pa.Table, *, lines, stamps, topics, queue_ids, physi
     flags = (sys_flags & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE
     magics = _magics(topics)
     topic_array = pa.array(topics, pa.string())
-    round_robin = halves.column("real_queue_round_robin").to_numpy(zero_copy_only=False)
+    round_robin = pc.fill_null(halves.column("real_queue_round_robin"), False).to_numpy(zero_copy_only=False)
     changed = {
         "source_line": pa.array(lines, pa.int64()),
         "topic": topic_array,
