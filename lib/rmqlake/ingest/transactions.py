@@ -1,7 +1,8 @@
 """Transactional messages: the ends of halves, turned into the records a broker appends for them.
 
-A half send is re-routed at parse time (``lines``: the half topic, queue 0). An ``endTransaction`` line names
-its half by UNIQ_KEY; what it stores depends on that half, which may be in this batch or in the lake:
+A half send is re-routed at parse time (``lines``, and the JVM parser alike: the half topic, queue 0). An
+``endTransaction`` line names its half by UNIQ_KEY; what it stores depends on that half, which may be in this
+batch or in the lake:
 
 * a parse task writes, per split, its end lines (``END_LINES``) and its halves (``HALVES``) to small files;
 * ``resolve_ends`` (Spark, on executors) gathers per UNIQ_KEY the lake's halves (those an op record already
@@ -9,7 +10,9 @@ its half by UNIQ_KEY; what it stores depends on that half, which may be in this 
   latest half before it, unless there is none or it was ended already, or the broker refuses the end
   (``formats.transaction.end_refusal``); then, per split of end lines, it writes the records as an extra
   split: for a COMMIT the re-put on the real topic (``formats.transaction.commit``) and the op record, for a
-  ROLLBACK the op record alone; refused ends go to the ``rejected`` staging folder.
+  ROLLBACK the op record alone; refused ends go to the ``rejected`` staging folder. Spark's tasks decide and
+  write column by column (``decide_ends_columns``, ``end_records_columns``); ``decide_ends`` and ``end_records``,
+  a row at a time, are the references the tests hold them to.
 
 The op record names the half by its queue offset on the half topic. A half of the batch gets its queue offset
 from its rank among the batch's halves (every record of the half topic is a half: sends to it are refused),
