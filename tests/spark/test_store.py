@@ -22,7 +22,7 @@ from rmqlake.steps.expire import expire
 from rmqlake.steps.ingest import ingest
 from rmqlake.steps.offsets import load_offsets
 from rmqlake.steps.reput import reput
-from rmqlake.steps.store import export_store, import_store
+from rmqlake.steps.store import _run_writers, _Writers, export_store, import_store
 from tests import store_reader
 from tests.conftest import CONF, make_settings
 from tests.view_checks import assert_records_decode_to_their_stored_columns
@@ -133,6 +133,23 @@ def test_the_exported_store_is_what_the_spec_reader_expects(built):
         expected = [o for o in found if key in walk.records[o]["properties"].get("KEYS", "").split(" ")]
         answer = query_key(lake, topic="OrderEvents", key=key, slots=SLOTS, segment_size=SEGMENT)
         assert sorted(expected) == sorted(r["physical_offset"] for r in answer["rows"]) and expected
+
+
+def test_the_file_writers_run_in_one_spark_job_and_give_each_kind_its_results_in_order(spark):
+    kinds = [
+        _Writers(dict, [{"segment": n} for n in range(3)], one_per_task=True),
+        _Writers(dict, [], one_per_task=True),
+        _Writers(dict, [{"cq_file": n} for n in range(30)]),
+    ]
+    context = spark.sparkContext
+    context.setJobGroup("export-writers-test", "the export's writers")
+    try:
+        results = _run_writers(spark, kinds)
+    finally:
+        for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+            context.setLocalProperty(key, None)
+    assert results == [kinds[0].tasks, [], kinds[2].tasks]
+    assert len(context.statusTracker().getJobIdsForGroup("export-writers-test")) == 1
 
 
 def test_exported_files_carry_the_time_the_broker_last_wrote_them(built):

@@ -32,7 +32,7 @@ import secrets
 import shutil
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
@@ -99,21 +99,28 @@ def export_store(spark, settings: Settings, *, out: str, as_of: str | None = Non
     work = target.parent / f".{target.name}.partial-{secrets.token_hex(4)}"
     work.mkdir(parents=True)
     try:
-        with stages("commitlog segments") as note:
+        with stages("plan the files") as note:
             holes = entry.state.import_store.holes if entry.state.import_store else None
             segment_tasks = _segment_tasks(lake, settings, str(work), holes=holes)
-            written = _run_tasks(spark, write_segment, segment_tasks, one_per_task=True)
-            note.update(files=len(written), records=sum(w["records"] for w in written))
-        with stages("consume queues") as note:
-            cq_written = _run_tasks(spark, write_cq_file, _cq_tasks(lake, settings, str(work)))
-            note.update(files=len(cq_written), units=sum(w["units"] for w in cq_written))
-        with stages("index files") as note:
-            index_written = _run_tasks(spark, write_index_file, _index_tasks(lake, settings, str(work)))
-            note.update(files=len(index_written), entries=sum(w["entries"] for w in index_written))
-        with stages("compaction store") as note:
+            cq_tasks = _cq_tasks(lake, settings, str(work))
+            index_tasks = _index_tasks(lake, settings, str(work))
             compaction_tasks = _compaction_tasks(lake, settings, str(work))
-            compacted = _run_tasks(spark, write_compaction_queue, compaction_tasks, one_per_task=True)
-            note.update(queues=len(compacted), files=sum(w["files"] for w in compacted))
+            note.update(segments=len(segment_tasks), cq_files=len(cq_tasks), index_files=len(index_tasks),
+                        compaction_queues=len(compaction_tasks))  # fmt: skip
+        with stages("write the files") as note:
+            written, compacted, cq_written, index_written = _run_writers(
+                spark,
+                [
+                    _Writers(write_segment, segment_tasks, one_per_task=True),
+                    _Writers(write_compaction_queue, compaction_tasks, one_per_task=True),
+                    _Writers(write_cq_file, cq_tasks),
+                    _Writers(write_index_file, index_tasks),
+                ],
+            )
+            note.update(segments=len(written), records=sum(w["records"] for w in written),
+                        cq_files=len(cq_written), units=sum(w["units"] for w in cq_written),
+                        index_files=len(index_written), entries=sum(w["entries"] for w in index_written),
+                        compaction_files=sum(w["files"] for w in compacted))  # fmt: skip
         last_message = max((w["last_offset"] for w in written if w["last_offset"] is not None), default=0)
         with stages("scheduled-message progress") as note:
             scheduled = _schedule_files(spark, lake, settings, entry)
@@ -286,6 +293,56 @@ def _compaction_tasks(lake: Lake, settings: Settings, out: str) -> list[dict]:
         }
         for (topic, queue), uris in sorted(logs.items())
     ]
+
+
+@dataclass(frozen=True)
+class _Writers:
+    """Tasks of one kind of store file for ``_run_writers``: ``write(task)`` writes a task's file(s) on an executor.
+    ``one_per_task``: each task is a Spark task of its own (a commitlog segment); otherwise the tasks are cut into
+    a few Spark tasks."""
+
+    write: Callable[[dict], dict]
+    tasks: list[dict]
+    one_per_task: bool = False
+
+
+def _run_writers(spark, kinds: list[_Writers]) -> list[list[dict]]:
+    """Run every kind's tasks in one Spark job, the Spark tasks of the first kind first; the results of each kind
+    in its tasks' order.
+
+    The files of an export do not depend on one another. In one job, a core whose segment is written (a lake's
+    newest segment is small) goes on with the consume queue and index files while the other still writes a 1 GiB
+    segment, instead of waiting for it: a job per kind left one core idle for a second of every export.
+    """
+    context = spark.sparkContext
+    groups = _writer_groups(kinds, slices=max(4 * context.defaultParallelism, 1))
+    results: list[list[dict]] = [[] for _ in kinds]
+    if not groups:
+        return results
+    # a group a Spark task: a job's tasks start in partition order, so the first kind's start first
+    for number, result in context.parallelize(groups, len(groups)).flatMap(_write_group).collect():
+        results[number].append(result)
+    return results
+
+
+_WriterGroup = tuple[int, Callable[[dict], dict], list[dict]]  # (kind number, write, tasks): one Spark task
+
+
+def _writer_groups(kinds: list[_Writers], *, slices: int) -> list[_WriterGroup]:
+    """The Spark tasks of ``_run_writers``, in its kinds' order: a task each of a kind ``one_per_task``, at most
+    ``slices`` runs of consecutive tasks of any other kind."""
+    groups: list[_WriterGroup] = []
+    for number, kind in enumerate(kinds):
+        count = len(kind.tasks)
+        parts = count if kind.one_per_task else min(count, slices)
+        for part in range(parts):  # the cut ``parallelize`` makes of a list
+            groups.append((number, kind.write, kind.tasks[part * count // parts : (part + 1) * count // parts]))
+    return groups
+
+
+def _write_group(group: _WriterGroup) -> list[tuple[int, dict]]:
+    number, write, tasks = group
+    return [(number, write(task)) for task in tasks]
 
 
 def _run_tasks(spark, write, tasks: list[dict], *, one_per_task: bool = False) -> list[dict]:
