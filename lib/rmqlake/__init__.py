@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rmqlake.spark_worker import in_spark_worker, keep_zip_importers
+from rmqlake.spark_worker import freeze_after_task_collections, in_spark_worker, keep_zip_importers
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 
 if in_spark_worker():
     keep_zip_importers()
+    freeze_after_task_collections()
 
 
 def open(
