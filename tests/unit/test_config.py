@@ -150,6 +150,14 @@ def test_spark_conf_keys_are_passed_to_the_session_as_given():
     assert session_conf(load_settings(CONF).spark)["spark.sql.shuffle.partitions"] == "4"
 
 
+def test_python_workers_talk_over_a_unix_socket_unless_the_user_says_otherwise():
+    from rmqlake.session import session_conf
+
+    key = "spark.python.unix.domain.socket.enabled"
+    assert session_conf(load_settings(CONF).spark)[key] == "true"
+    assert session_conf(load_settings(CONF, overrides=[f"spark.conf.{key}=false"]).spark)[key] == "false"
+
+
 def test_rmqlakes_own_sql_settings_win_over_spark_conf():
     from rmqlake.session import REQUIRED_SQL_CONF, session_conf
 
