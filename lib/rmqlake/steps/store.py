@@ -347,11 +347,8 @@ def _write_group(group: _WriterGroup) -> list[tuple[int, dict]]:
 
 def _run_tasks(spark, write, tasks: list[dict], *, one_per_task: bool = False) -> list[dict]:
     """Run ``write`` on every task on the executors; the results (one small dict each) come back."""
-    if not tasks:
-        return []
-    context = spark.sparkContext
-    slices = len(tasks) if one_per_task else min(len(tasks), max(4 * context.defaultParallelism, 1))
-    return context.parallelize(tasks, slices).map(write).collect()
+    (results,) = _run_writers(spark, [_Writers(write, tasks, one_per_task=one_per_task)])
+    return results
 
 
 @dataclass(frozen=True)
