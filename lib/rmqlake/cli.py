@@ -568,10 +568,9 @@ def preflight(args, settings) -> None:
 
         snapshot_files(args.input)
     elif args.command == "import-store":
-        from rmqlake.steps.store import read_delay_offsets, store_segment_names
+        from rmqlake.steps.store import check_import_store
 
-        store_segment_names(args.store_dir, segment_size=settings.store.commitlog_segment_size)
-        read_delay_offsets(args.store_dir)
+        check_import_store(settings, store_dir=args.store_dir)
     elif args.command == "export-store" and args.as_of is not None:
         from rmqlake.steps.store import parse_as_of
 

@@ -235,6 +235,15 @@ class IngestSettings(_Section):
     parser: Literal["auto", "jvm", "python"] = "auto"
 
 
+class ImportStoreSettings(_Section):
+    """How import-store reads a broker store."""
+
+    # Where commitlog records are decoded: "jvm" (rmqlake's JVM decoder for the runs of clean records, the Python
+    # reader for the rest; needs spark.jvm_jar), "python" (the Python reader only), "auto" (the JVM where its jar
+    # is on the classpath).
+    reader: Literal["auto", "jvm", "python"] = "auto"
+
+
 class QualitySettings(_Section):
     """Where the Great Expectations project and its Data Docs live, and how much a failure shows."""
 
@@ -261,6 +270,7 @@ class Settings(_Section):
     lake: LakeSettings = LakeSettings()
     spark: SparkSettings = SparkSettings()
     ingest: IngestSettings = IngestSettings()
+    import_store: ImportStoreSettings = ImportStoreSettings()
     quality: QualitySettings = QualitySettings()
     topics: dict[str, TopicSettings] = Field(default_factory=dict)
 

@@ -173,17 +173,18 @@ def driver_java_options(settings: SparkSettings, conf_dir: str | Path | None = N
     return " ".join([*options, *([own] if own else [])])
 
 
-def require_jvm_jar(settings: SparkSettings) -> None:
-    """Refuse, before Spark starts, ``ingest.parser: jvm`` without the jar (outside spark-submit, where the jars
-    are the user's ``--jars``; the job checks the class once the session runs).
+def require_jvm_jar(settings: SparkSettings, *, setting: str = "ingest.parser") -> None:
+    """Refuse, before Spark starts, ``setting: jvm`` (``ingest.parser``, ``import_store.reader``) without the jar
+    (outside spark-submit, where the jars are the user's ``--jars``; the job checks the class once the session
+    runs).
 
     Raises:
-        ConfigError: naming the path looked for and the command that builds it.
+        ConfigError: naming the setting, the path looked for and the command that builds it.
     """
     if not under_spark_submit() and jvm_jar_path(settings.jvm_jar) is None:
         raise ConfigError(
-            f"ingest.parser is jvm but spark.jvm_jar ({settings.jvm_jar}) is not there. Run `make jars` once (it "
-            "builds .jars/rmqlake-jvm.jar), point spark.jvm_jar at the jar, or set ingest.parser to auto or python"
+            f"{setting} is jvm but spark.jvm_jar ({settings.jvm_jar}) is not there. Run `make jars` once (it "
+            f"builds .jars/rmqlake-jvm.jar), point spark.jvm_jar at the jar, or set {setting} to auto or python"
         )
 
 

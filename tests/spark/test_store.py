@@ -287,6 +287,32 @@ def test_import_rejects_what_the_lake_could_not_write_back_and_loses_no_byte_ran
     assert not (root / "pw").exists()
 
 
+def test_the_jvm_decoder_and_the_python_reader_import_a_damaged_store_alike(spark, built):
+    root, store = built["root"], Path(built["export"]["out"])
+    damaged = root / "damaged"
+    shutil.copytree(store, damaged)
+    walk = store_reader.walk_commitlog(store, SEGMENT)
+    offsets = sorted(walk.records)
+    for victim, at, patch in ((offsets[3], 8, b"\x00\x00\x00\x01"), (offsets[40], 0, bytes(4))):  # CRC, TOTALSIZE
+        path = damaged / "commitlog" / f"{victim - victim % SEGMENT:020d}"
+        data = bytearray(path.read_bytes())
+        data[victim % SEGMENT + at : victim % SEGMENT + at + 4] = patch
+        path.write_bytes(bytes(data))
+    lakes = {}
+    for reader in ("jvm", "python"):
+        settings = make_settings(root / f"lake-{reader}", *SMALL, f"import_store.reader={reader}")
+        result = import_store(spark, settings, store_dir=str(damaged))
+        assert result["corrupt_records"] == 2
+        lakes[reader] = (settings, result)
+    assert lakes["jvm"][1]["records_decoded_in_jvm"] > len(walk.records) // 2  # the JVM read the clean runs
+    assert lakes["python"][1]["records_decoded_in_jvm"] == 0
+    columns = [*STORE_COLUMNS, "source_file", "source_line"]
+    assert rows(lakes["jvm"][0], "commitlog", columns) == rows(lakes["python"][0], "commitlog", columns)
+    rejected = ["source_file", "source_line", "raw", "reason"]
+    assert rows(lakes["jvm"][0], "rejected", rejected) == rows(lakes["python"][0], "rejected", rejected)
+    assert rows(lakes["jvm"][0], "segments", SEGMENT_COLUMNS) == rows(lakes["python"][0], "segments", SEGMENT_COLUMNS)
+
+
 def test_after_expiry_the_export_is_what_the_broker_disk_holds(spark, built):
     root, settings = built["root"], built["settings"]
     result = expire(spark, make_settings(root / "lake", *SMALL, "retention.max_segments_per_run=25"),

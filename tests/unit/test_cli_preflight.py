@@ -239,3 +239,18 @@ def test_import_store_with_a_bad_delay_offset_file_exits_1_naming_it_before_spar
     err = capsys.readouterr().err
     assert f"{store / 'config' / 'delayOffset.json'}: not a delay offset table: offsetTable key 'x'" in err
     assert not (tmp_path / "lake").exists()
+
+
+def test_the_jvm_decoder_without_its_jar_exits_2_before_spark(tmp_path, capsys):
+    store = tmp_path / "store"
+    (store / "commitlog").mkdir(parents=True)
+    (store / "commitlog" / "00000000000000000000").write_bytes(b"\0" * 65536)
+    missing = tmp_path / "no.jar"
+    code = run("import-store", str(store), "--lake", str(tmp_path / "lake"), "--set", "import_store.reader=jvm",
+               "--set", f"spark.jvm_jar={missing}")  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"import_store.reader is jvm but spark.jvm_jar ({missing}) is not there" in err and "make jars" in err
+    assert not (tmp_path / "lake").exists()
+    assert run("import-store", str(store), "--lake", str(tmp_path / "lake"), "--set", "import_store.reader=c") == 2
+    assert "import_store.reader" in capsys.readouterr().err

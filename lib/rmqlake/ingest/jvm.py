@@ -81,12 +81,13 @@ def _check_field(value: str) -> None:
 JOB_CLASS = "rmqlake.jvm.IngestParse"
 
 
-def jvm_parser_loaded(spark) -> bool:
-    """Whether the session's JVM has the parse job's class (``spark.jars`` are in the context class loader)."""
+def jvm_parser_loaded(spark, job_class: str = JOB_CLASS) -> bool:
+    """Whether the session's JVM has the parse job's class, or ``job_class`` (``spark.jars`` are in the context
+    class loader)."""
     try:
         jvm = spark._jvm  # a session without a local JVM (Spark Connect) has none
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        jvm.java.lang.Class.forName(JOB_CLASS, False, loader)
+        jvm.java.lang.Class.forName(job_class, False, loader)
     except Exception:  # py4j wraps the ClassNotFoundException
         return False
     return True

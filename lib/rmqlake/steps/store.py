@@ -50,6 +50,7 @@ from rmqlake.formats.consumequeue import SCHEDULE_TOPIC, cq_file_size
 from rmqlake.formats.indexfile import index_file_size
 from rmqlake.formats.schedule import TIMER_TOPIC
 from rmqlake.formats.topic import topic_error
+from rmqlake.ingest.jvm import jvm_parser_loaded
 from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table, stage_dataframe
 from rmqlake.lake.state import (
@@ -62,6 +63,7 @@ from rmqlake.lake.state import (
 )
 from rmqlake.lake.tables import COMMITLOG, SEGMENTS
 from rmqlake.progress import Stages, in_another_thread
+from rmqlake.session import require_jvm_jar
 from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.store import (
     IMPORTED,
@@ -70,7 +72,14 @@ from rmqlake.store import (
     write_index_file,
     write_segment,
 )
-from rmqlake.store.imports import ImportTarget, import_files, import_task
+from rmqlake.store.imports import (
+    DECODE_JOB,
+    ImportTarget,
+    decode_in_jvm,
+    import_files,
+    import_task,
+    jvm_can_decode,
+)
 from rmqlake.store.schedule import schedule_progress
 from rmqlake.timeutil import parse_timestamp, to_datetime
 from rmqlake.transforms.segments import DELETED, update_segments
@@ -463,6 +472,7 @@ def _write_metadata(
 IMPORT_PIECE_BYTES = 64 << 20
 _IMPORT_JOBS = 8
 _CORRUPT_DIR = "_corrupt"  # hidden from the staged files that are committed
+_DECODED_DIR = "_decoded"  # likewise
 
 
 def store_segment_names(store_dir: str, *, segment_size: int) -> list[str]:
@@ -489,14 +499,48 @@ def store_segment_names(store_dir: str, *, segment_size: int) -> list[str]:
     return names
 
 
+def check_import_store(settings: Settings, *, store_dir: str) -> None:
+    """What import-store can check without Spark: the store's commitlog files and delay offsets, and the JVM
+    decoder's jar when ``import_store.reader`` is "jvm".
+
+    Raises:
+        InputError, ConfigError: as ``store_segment_names`` and ``read_delay_offsets`` raise them, or without
+            the jar.
+    """
+    store_segment_names(store_dir, segment_size=settings.store.commitlog_segment_size)
+    read_delay_offsets(store_dir)
+    if settings.import_store.reader == "jvm":
+        require_jvm_jar(settings.spark, setting="import_store.reader")
+
+
+def use_jvm_reader(spark, settings: Settings) -> bool:
+    """Whether the JVM decoder reads the store's clean records (``import_store.reader``): "auto" uses it where its
+    class is loaded.
+
+    Raises:
+        ConfigError: ``import_store.reader`` is "jvm" but the session lacks the class (spark-submit without the jar).
+    """
+    if settings.import_store.reader == "python":
+        return False
+    if jvm_parser_loaded(spark, DECODE_JOB):
+        return True
+    if settings.import_store.reader == "jvm":
+        raise ConfigError(
+            "import_store.reader is jvm but the session does not have rmqlake's JVM classes: give spark-submit "
+            f"--jars {settings.spark.jvm_jar} (`make jars` builds it), or set import_store.reader to auto or python"
+        )
+    log.warning("rmqlake's JVM decoder is not on the classpath (`make jars` builds it): records are read in Python")
+    return False
+
+
 def import_store(spark, settings: Settings, *, store_dir: str) -> dict:
     """Read the commitlog files of a broker store at ``store_dir`` into an empty lake.
 
     Returns:
         Metrics: ``files``, ``messages``, ``corrupt_records`` (also in
         ``rejected``: file, offset, reason), ``start_offset``, ``end_offset``,
-        ``status`` (``imported``, or ``already_imported`` for the same store);
-        and the stable ones (``rows_in`` records read, ``rows_out`` messages
+        ``status`` (``imported``, or ``already_imported`` for the same store),
+        ``records_decoded_in_jvm`` (``import_store.reader``); and the stable ones (``rows_in`` records read, ``rows_out`` messages
         imported, ``rejected`` corrupt records).
     """
     root = Path(store_dir).resolve()
@@ -554,9 +598,10 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
             commitlog_dir=commitlog_dir,
             corrupt_dir=f"{commitlog_dir}/{_CORRUPT_DIR}",
             batch_id=run.run_id,
+            decoded_dir=f"{commitlog_dir}/{_DECODED_DIR}",
         )
-        write = partial(import_task, target=target)
-        run_pieces = in_another_thread(partial(_run_tasks, spark, write, one_per_task=True))
+        in_jvm = use_jvm_reader(spark, settings) and jvm_can_decode(files, target)
+        run_pieces = in_another_thread(partial(_read_pieces, spark, target=target, jvm=in_jvm))
         with ThreadPoolExecutor(max_workers=_IMPORT_JOBS) as jobs:  # a Spark job per submission, several at once
             read = import_files(
                 files,
@@ -565,9 +610,11 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
                 submit=lambda tasks: jobs.submit(run_pieces, tasks),
             )
         run.collect_staged("commitlog")
+        run.lake.storage.delete_dir(target.decoded_dir)  # what a failed Python task left
         corrupt_count = sum(r["corrupt"] for r in read)
         blanks = {os.path.basename(r["path"]) for r in read if r["blank"]}
-        note.update(files=len(files), pieces=len(read), corrupt=corrupt_count)
+        decoded = sum(r["decoded"] for r in read)
+        note.update(files=len(files), pieces=len(read), corrupt=corrupt_count, decoded_in_jvm=decoded)
     with stages("totals") as note:  # from the tasks' per-queue totals: the staged messages are not read back
         totals = _fold_totals([queue for r in read for queue in r["queues"]])
         note.update(messages=totals["messages"])
@@ -643,11 +690,20 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
         "rows_in": totals["messages"] + corrupt_count,
         "rows_out": totals["messages"],
         "rejected": corrupt_count,
+        "records_decoded_in_jvm": decoded,  # the others went through the Python reader
         **schedule["metrics"],
     }
     state = replace(run.state, commitlog=commitlog, import_store=imported, schedule=schedule["state"])
     versions = step.commit(state, record=metrics)
     return {**metrics, "table_versions": versions, "seconds": step.seconds(), "stage_seconds": stages.seconds}
+
+
+def _read_pieces(spark, tasks: list[dict], *, target: ImportTarget, jvm: bool) -> list[dict]:
+    """Import the pieces of ``tasks``: with ``jvm``, the JVM decoder's job reads their runs of clean records first,
+    then a Python task per piece writes it."""
+    if jvm:
+        tasks = decode_in_jvm(spark, tasks, target=target)
+    return _run_tasks(spark, partial(import_task, target=target), tasks, one_per_task=True)
 
 
 def _staged_messages(spark, run):

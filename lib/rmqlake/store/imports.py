@@ -7,12 +7,14 @@ of corrupt records (file, offset, reason).
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,13 +31,16 @@ from rmqlake.formats.record import (
     decode_record,
     record_error,
 )
+from rmqlake.ingest.jvm import passable
 from rmqlake.ingest.plan import COMMITLOG_FILE
 from rmqlake.ingest.scratch import AtomicParquet
 from rmqlake.ingest.tasks import COMMITLOG_ROW_GROUP_BYTES, COMMITLOG_WRITE_OPTIONS, use_task_memory_pool
-from rmqlake.lake.storage import Storage
+from rmqlake.lake.storage import Storage, is_local
 from rmqlake.lake.tables import COMMITLOG, TableSpec, columns
 from rmqlake.store.record_runs import MIN_RECORD_SIZE, read_run
 from rmqlake.store.rows import READ_BATCH_ROWS, row_from_record
+
+log = logging.getLogger(__name__)
 
 # one row per record read: the commitlog's columns, or the end-of-file blank / a corrupt record (flags)
 IMPORTED = TableSpec(
@@ -47,6 +52,10 @@ IMPORTED = TableSpec(
     ),
 )
 IMPORTED_SCHEMA = IMPORTED.arrow_schema
+# The rows rmqlake's JVM decoder (``rmqlake.jvm.StoreRecords``) writes of a run of clean records: the imported
+# columns but those alike for every row of a piece, which ``read_segment_file`` adds (the tests compare the two).
+PIECE_COLUMNS = ("segment", "batch_id", "source_file", "source_line", "blank_end", "corrupt_reason")
+DECODED = IMPORTED.schema.without(*PIECE_COLUMNS)
 
 
 def read_segment_file(
@@ -60,6 +69,7 @@ def read_segment_file(
     stop: int | None = None,
     first_ordinal: int = 1,
     reached: WalkEnd | None = None,
+    decoded: DecodedRun | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The records of one commitlog file, walked as the broker's recovery walks it, with nothing left out.
 
@@ -90,6 +100,9 @@ def read_segment_file(
     (``plan_pieces``): from ``start`` as if the walk had reached it with
     ``first_ordinal - 1`` rows, up to the first position at or after
     ``stop``; ``reached`` is told that position and the rows given.
+
+    ``decoded``: the run of clean records from ``start`` that the JVM decoder read (``DecodedRun``); its rows
+    are given first, and the walk goes on where the run ended.
     """
     name = os.path.basename(path)
     rows: list[dict] = []
@@ -97,10 +110,13 @@ def read_segment_file(
         length = os.fstat(handle.fileno()).st_size
         if length == 0:
             return
+        position = start
+        ordinal = first_ordinal - 1
+        if decoded is not None and decoded.rows:
+            yield from decoded.batches(name=name, path=path, first_ordinal=first_ordinal)
+            position, ordinal = decoded.position, ordinal + decoded.rows
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             reader = _SegmentReader(data, length, name=name, path=path, start_offset=start_offset, check_crc=check_crc)
-            position = start
-            ordinal = first_ordinal - 1
             limit = length if stop is None else stop
             while position < limit:
                 if columnar:  # a run stays inside the piece: a record crossing its end is the reference's
@@ -147,6 +163,48 @@ def read_segment_file(
                 reached.position, reached.rows = position, ordinal - first_ordinal + 1
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=IMPORTED_SCHEMA)
+
+
+@dataclass(frozen=True)
+class DecodedRun:
+    """The run of clean records at the start of a piece that the JVM decoder read: where it ended, its records, and
+    the Arrow IPC file of their ``DECODED`` rows (``None`` without records)."""
+
+    position: int
+    rows: int
+    file: str | None = None
+
+    def batches(self, *, name: str, path: str, first_ordinal: int) -> Iterator[pa.RecordBatch]:
+        """Its rows in ``IMPORTED_SCHEMA``, numbered from ``first_ordinal``.
+
+        Raises:
+            ValueError: the file holds other columns or another number of rows than the JVM said.
+        """
+        reader = pa.ipc.open_file(pa.memory_map(self.file))
+        if not reader.schema.equals(_DECODED_SCHEMA):
+            raise ValueError(f"{self.file}: the JVM decoder wrote columns {reader.schema}, not {_DECODED_SCHEMA}")
+        segment, source = pa.scalar(name, pa.string()), pa.scalar(path, pa.string())
+        given = 0
+        for number in range(reader.num_record_batches):
+            batch = reader.get_batch(number)
+            count = batch.num_rows
+            piece = {
+                "segment": pa.repeat(segment, count),
+                "batch_id": pa.nulls(count, pa.string()),
+                "source_file": pa.repeat(source, count),
+                "source_line": pa.array(np.arange(first_ordinal + given, first_ordinal + given + count)),
+                "blank_end": pa.repeat(pa.scalar(False), count),
+                "corrupt_reason": pa.nulls(count, pa.string()),
+            }
+            arrays = [piece[field.name] if field.name in piece else batch.column(field.name) for field in
+                      IMPORTED_SCHEMA]  # fmt: skip
+            given += count
+            yield pa.RecordBatch.from_arrays(arrays, schema=IMPORTED_SCHEMA)
+        if given != self.rows:
+            raise ValueError(f"{self.file}: {given} rows, but the JVM decoder said {self.rows}")
+
+
+_DECODED_SCHEMA = DECODED.arrow_schema
 
 
 @dataclass
@@ -315,9 +373,13 @@ class ImportTarget:
     commitlog_dir: str  # the commitlog's staging folder of the run
     corrupt_dir: str  # a hidden folder in it: the corrupt rows, read by the driver only when there are any
     batch_id: str
+    decoded_dir: str | None = None  # a hidden folder in it: the JVM decoder's files, a piece's gone once it is read
 
     def storage(self) -> Storage:
         return Storage(self.lake_root, self.storage_options)
+
+    def decoded_file(self, number: int) -> str:
+        return f"{self.decoded_dir}/piece-{number:05d}.arrow"
 
 
 # What an import task returns: one row per piece read.
@@ -331,17 +393,25 @@ PIECE_READ = columns(
     ("blank", "boolean", "the piece ends with the file's end-of-file blank record"),
     ("message_file", "string", "the Parquet file of its messages, relative to the lake root (null: none)"),
     ("corrupt_file", "string", "the Parquet file of its corrupt rows, relative to the lake root (null: none)"),
+    ("decoded", "bigint", "messages of it the JVM decoder read"),
 )  # and ``queues``: ``QueueTotals.rows`` of its messages
 
 _FLUSH_BYTES = 32 << 20  # messages are handed to the Parquet writer in about this many bytes
 
 
-def import_piece(piece: FilePiece, *, number: int, target: ImportTarget, columnar: bool = True) -> dict:
+def import_piece(
+    piece: FilePiece, *, number: int, target: ImportTarget, columnar: bool = True, decoded: DecodedRun | None = None
+) -> dict:
     """Read ``piece`` and write its messages as a commitlog Parquet file of the run's staging folder (the rows a
     Spark write of ``read_segment_file``'s messages stages), its corrupt rows to ``target.corrupt_dir``.
 
+    ``decoded``: the run of clean records at the piece's start that the JVM decoder read; its file is removed
+    once the piece is written. When the file is gone (a task run again after it), the piece is read in Python.
+
     Files are written under a hidden name and moved into place: a retried task replaces them.
     """
+    if decoded is not None and decoded.file is not None and not os.path.exists(decoded.file):
+        decoded = None
     use_task_memory_pool()
     storage = target.storage()
     segment = os.path.basename(piece.path)
@@ -366,7 +436,7 @@ def import_piece(piece: FilePiece, *, number: int, target: ImportTarget, columna
     batch_ids = pa.repeat(pa.scalar(target.batch_id, pa.string()), 0)
     for batch in read_segment_file(piece.path, start_offset=piece.start_offset, last=piece.last, columnar=columnar,
                                    start=piece.start, stop=piece.stop, first_ordinal=piece.first_ordinal,
-                                   reached=reached):  # fmt: skip
+                                   reached=reached, decoded=decoded):  # fmt: skip
         is_corrupt = batch.column("corrupt_reason").is_valid()
         is_message = pc.and_(pc.invert(batch.column("blank_end")), pc.invert(is_corrupt))
         kept = batch if pc.all(is_message).as_py() else batch.filter(is_message)
@@ -380,13 +450,15 @@ def import_piece(piece: FilePiece, *, number: int, target: ImportTarget, columna
         if kept.num_rows < batch.num_rows:
             corrupt.write(pa.Table.from_batches([batch.filter(is_corrupt)]))
             blank = blank or pc.any(batch.column("blank_end")).as_py()
+    written = {"messages": messages.close(), "corrupt": corrupt.close(), "decoded": decoded.rows if decoded else 0}
+    if decoded is not None and decoded.file is not None:
+        os.remove(decoded.file)  # its pages need not reach the disk
     return {
         "path": piece.path,
         "number": number,
         "position": reached.position,
         "rows": reached.rows,
-        "messages": messages.close(),
-        "corrupt": corrupt.close(),
+        **written,
         "blank": blank,
         "message_file": messages.relative(),
         "corrupt_file": corrupt.relative(),
@@ -539,5 +611,60 @@ def import_files(files: list[tuple[str, int, bool]], *, target: ImportTarget, pi
 
 
 def import_task(task: dict, *, target: ImportTarget) -> dict:
-    """``import_piece`` of one task of ``import_files``."""
-    return import_piece(task["piece"], number=task["number"], target=target)
+    """``import_piece`` of one task of ``import_files`` (with ``decode_in_jvm``'s ``decoded`` run, if any)."""
+    return import_piece(task["piece"], number=task["number"], target=target, decoded=task.get("decoded"))
+
+
+DECODE_JOB = "rmqlake.jvm.StoreRecords"
+
+
+def decode_in_jvm(spark, tasks: list[dict], *, target: ImportTarget) -> list[dict]:
+    """``tasks`` of ``import_files``, each with the run of clean records at its piece's start that the JVM decoder
+    read (``decoded``, a ``DecodedRun``): a Spark job of a task per piece, run before the Python tasks that write
+    the pieces.
+
+    A piece the JVM code failed on (its answer says why) has none: the Python task reads all of it.
+    """
+    storage = target.storage()
+    files = [storage.file_path(target.decoded_file(task["number"])) for task in tasks]
+    lines = [decode_task_line(task["piece"], file) for task, file in zip(tasks, files, strict=True)]
+    answers = spark._jvm.rmqlake.jvm.StoreRecords.run(spark._jsc, "\n".join(lines)).split("\n")
+    decoded = []
+    for task, file, answer in zip(tasks, files, answers, strict=True):
+        run = decoded_run(answer, file=file)
+        if isinstance(run, str):
+            piece = task["piece"]
+            where = f"{piece.path} [{piece.start}, {'end' if piece.stop is None else piece.stop})"
+            log.warning("the JVM decoder left %s to Python: %s", where, run)
+            decoded.append(task)
+            continue
+        decoded.append({**task, "decoded": run})
+    return decoded
+
+
+def decode_task_line(piece: FilePiece, file: str, *, check_crc: bool = True) -> str:
+    """The JVM decoder's task for ``piece`` (``StoreRecords.run``): its file, where the file's offsets start, the
+    piece's bytes (-1: to the file's end), whether body CRCs are checked, and the Arrow IPC file to write."""
+    stop = -1 if piece.stop is None else piece.stop
+    fields = (piece.path, piece.start_offset, piece.start, stop, int(check_crc), file)
+    return "\t".join(str(field) for field in fields)
+
+
+def decoded_run(answer: str, *, file: str) -> DecodedRun | str:
+    """The run of a decoder task's answer line (``file`` holds its rows), or why the JVM code gave the piece up."""
+    fields = answer.split("\t")
+    if fields[0] == "gave up":
+        return fields[1] if len(fields) > 1 else "no reason given"
+    position, rows = int(fields[0]), int(fields[1])
+    return DecodedRun(position, rows, file if rows else None)
+
+
+def jvm_can_decode(files: list[tuple[str, int, bool]], target: ImportTarget) -> bool:
+    """Whether the JVM decoder can read the store's files and write into the lake: both on a local disk, their
+    paths passable to the job (UTF-8 without tabs or line breaks)."""
+    return (
+        target.decoded_dir is not None
+        and is_local(target.lake_root)
+        and passable(target.storage().file_path(target.decoded_dir))
+        and all(passable(path) for path, _, _ in files)
+    )

@@ -168,7 +168,7 @@ final class Hosts {
         return out;
     }
 
-    private static boolean isIpv4Mapped(byte[] address) {
+    static boolean isIpv4Mapped(byte[] address) {
         for (int i = 0; i < 10; i++) {
             if (address[i] != 0) {
                 return false;

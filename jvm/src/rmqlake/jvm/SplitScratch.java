@@ -207,37 +207,44 @@ public final class SplitScratch {
     /** The ingest's scratch schema ({@code SCRATCH_COLUMNS} of {@code rmqlake.ingest.scratch}, which owns it; the
      * tests compare the two). */
     static Schema messagesSchema() {
-        Field entries = new Field("entries", FieldType.notNullable(ArrowType.Struct.INSTANCE),
-                List.of(new Field("key", FieldType.notNullable(ArrowType.Utf8.INSTANCE), null), utf8("value")));
         return new Schema(List.of(
                 int64("source_line"), utf8("topic"), int32("queue_id"), int32("flag"), int32("sys_flag"), int32("magic"),
                 int64("born_timestamp"), utf8("born_host"), int64("store_timestamp"), utf8("store_host"),
                 utf8("store_host_prefix"), int32("reconsume_times"), int64("prepared_transaction_offset"), binary("body"),
-                int32("body_crc"),
-                new Field("properties", FieldType.nullable(new ArrowType.Map(false)), List.of(entries)),
-                binary("properties_bytes"),
-                new Field("keys", FieldType.nullable(ArrowType.List.INSTANCE), List.of(utf8("element"))),
+                int32("body_crc"), propertiesMap("properties"), binary("properties_bytes"), utf8List("keys"),
                 utf8("tags"), utf8("uniq_key"), int32("total_size"),
                 new Field("real_queue_round_robin", FieldType.nullable(ArrowType.Bool.INSTANCE), null)));
+    }
+
+    /** The commitlog's properties column: map<string, string> as pyarrow types it (keys not null). */
+    static Field propertiesMap(String name) {
+        Field entries = new Field("entries", FieldType.notNullable(ArrowType.Struct.INSTANCE),
+                List.of(new Field("key", FieldType.notNullable(ArrowType.Utf8.INSTANCE), null), utf8("value")));
+        return new Field(name, FieldType.nullable(new ArrowType.Map(false)), List.of(entries));
+    }
+
+    /** A list<string> column, as pyarrow types it (elements named "element"). */
+    static Field utf8List(String name) {
+        return new Field(name, FieldType.nullable(ArrowType.List.INSTANCE), List.of(utf8("element")));
     }
 
     static Schema undecidedSchema() {
         return new Schema(List.of(int64("source_line"), binary("raw")));
     }
 
-    private static Field int64(String name) {
+    static Field int64(String name) {
         return new Field(name, FieldType.nullable(new ArrowType.Int(64, true)), null);
     }
 
-    private static Field int32(String name) {
+    static Field int32(String name) {
         return new Field(name, FieldType.nullable(new ArrowType.Int(32, true)), null);
     }
 
-    private static Field utf8(String name) {
+    static Field utf8(String name) {
         return new Field(name, FieldType.nullable(ArrowType.Utf8.INSTANCE), null);
     }
 
-    private static Field binary(String name) {
+    static Field binary(String name) {
         return new Field(name, FieldType.nullable(ArrowType.Binary.INSTANCE), null);
     }
 
