@@ -35,7 +35,7 @@ final class ColumnBatches implements AutoCloseable {
     private Writer writer;
     private int rows;
 
-    /** A file of {@code schema} at {@code path}, created at the first batch (none without a row). */
+    /** A file of {@code schema} at {@code path}. */
     ColumnBatches(BufferAllocator allocator, Schema schema, Path path, int batchRows, Column... columns) {
         this.allocator = allocator;
         this.schema = schema;
@@ -55,12 +55,7 @@ final class ColumnBatches implements AutoCloseable {
         if (rows == 0) {
             return;
         }
-        if (writer == null) {
-            empty = VectorSchemaRoot.create(schema, allocator); // only its schema is written (the file's header)
-            writer = new Writer(empty, FileChannel.open(path, StandardOpenOption.CREATE,
-                    StandardOpenOption.TRUNCATE_EXISTING, StandardOpenOption.WRITE));
-            writer.start();
-        }
+        open();
         List<ArrowFieldNode> nodes = new ArrayList<>();
         List<ArrowBuf> buffers = new ArrayList<>();
         try {
@@ -81,13 +76,22 @@ final class ColumnBatches implements AutoCloseable {
         rows = 0;
     }
 
+    private void open() throws IOException {
+        if (writer == null) {
+            empty = VectorSchemaRoot.create(schema, allocator); // only its schema is written (the file's header)
+            writer = new Writer(empty, FileChannel.open(path, StandardOpenOption.CREATE,
+                    StandardOpenOption.TRUNCATE_EXISTING, StandardOpenOption.WRITE));
+            writer.start();
+        }
+    }
+
+    /** Writes the last batch and the file's footer (a file without rows has the schema only). */
     @Override
     public void close() throws IOException {
         try {
             flush();
-            if (writer != null) {
-                writer.end();
-            }
+            open();
+            writer.end();
         } finally {
             if (writer != null) {
                 writer.close(); // and its channel
@@ -143,6 +147,42 @@ final class ColumnBatches implements AutoCloseable {
         buffers.add(a.buffer(0));
     }
 
+    /** A validity bitmap, made at the first null with every value before it set (a column without nulls has
+     * none: the format allows an empty buffer for a null count of 0). */
+    private static final class Validity {
+        private byte[] bits;
+        private int nulls;
+
+        /** Value {@code index}'s bit. */
+        void set(int index, boolean valid) {
+            if (bits == null) {
+                if (valid) {
+                    return;
+                }
+                bits = new byte[Math.max(64, (index >>> 2) + 1)];
+                Arrays.fill(bits, 0, (index + 7) >>> 3, (byte) 0xFF);
+            } else if (bits.length <= index >>> 3) {
+                bits = Arrays.copyOf(bits, 2 * bits.length);
+            }
+            if (valid) {
+                bits[index >>> 3] |= (byte) (1 << (index & 7));
+            } else {
+                bits[index >>> 3] &= (byte) ~(1 << (index & 7));
+                nulls++;
+            }
+        }
+
+        void unload(int count, List<ArrowFieldNode> nodes, List<ArrowBuf> buffers, BufferAllocator allocator) {
+            nodes.add(new ArrowFieldNode(count, nulls));
+            buffers.add(nulls == 0 ? allocator.buffer(0) : bytes(allocator, bits, (count + 7) >>> 3));
+        }
+
+        void reset() {
+            bits = null;
+            nulls = 0;
+        }
+    }
+
     /** int64 values, never null. */
     static final class Int64 extends Column {
         private long[] values = new long[4096];
@@ -167,12 +207,23 @@ final class ColumnBatches implements AutoCloseable {
         }
     }
 
-    /** int32 values, never null. */
+    /** int32 values, nullable. */
     static final class Int32 extends Column {
         private int[] values = new int[4096];
+        private final Validity validity = new Validity();
         private int count;
 
         void add(int value) {
+            validity.set(count, true);
+            put(value);
+        }
+
+        void addNull() {
+            validity.set(count, false);
+            put(0);
+        }
+
+        private void put(int value) {
             if (count == values.length) {
                 values = Arrays.copyOf(values, 2 * count);
             }
@@ -181,12 +232,54 @@ final class ColumnBatches implements AutoCloseable {
 
         @Override
         void unload(List<ArrowFieldNode> nodes, List<ArrowBuf> buffers, BufferAllocator allocator) {
-            noNulls(count, nodes, buffers, allocator);
+            validity.unload(count, nodes, buffers, allocator);
             buffers.add(ints(allocator, values, count));
         }
 
         @Override
         void reset() {
+            validity.reset();
+            count = 0;
+        }
+    }
+
+    /** Booleans, nullable (bit-packed, as Arrow stores them). */
+    static final class Bool extends Column {
+        private byte[] bits = new byte[512];
+        private final Validity validity = new Validity();
+        private int count;
+
+        void add(boolean value) {
+            validity.set(count, true);
+            put(value);
+        }
+
+        void addNull() {
+            validity.set(count, false);
+            put(false);
+        }
+
+        private void put(boolean value) {
+            if (bits.length <= count >>> 3) {
+                bits = Arrays.copyOf(bits, 2 * bits.length);
+            }
+            if (value) {
+                bits[count >>> 3] |= (byte) (1 << (count & 7));
+            } else {
+                bits[count >>> 3] &= (byte) ~(1 << (count & 7));
+            }
+            count++;
+        }
+
+        @Override
+        void unload(List<ArrowFieldNode> nodes, List<ArrowBuf> buffers, BufferAllocator allocator) {
+            validity.unload(count, nodes, buffers, allocator);
+            buffers.add(bytes(allocator, bits, (count + 7) >>> 3));
+        }
+
+        @Override
+        void reset() {
+            validity.reset();
             count = 0;
         }
     }
@@ -195,8 +288,7 @@ final class ColumnBatches implements AutoCloseable {
     static final class Bytes extends Column {
         private int[] offsets = new int[4097]; // offsets[0] is 0
         private byte[] data;
-        private byte[] validity; // null until a null is added
-        private int nulls;
+        private final Validity validity = new Validity();
         private int count;
         private int size;
 
@@ -215,9 +307,7 @@ final class ColumnBatches implements AutoCloseable {
             }
             System.arraycopy(bytes, start, data, size, length);
             size += length;
-            if (validity != null) {
-                valid(true);
-            }
+            validity.set(count, true);
             added();
         }
 
@@ -226,32 +316,12 @@ final class ColumnBatches implements AutoCloseable {
         }
 
         void addNull() {
-            valid(false);
-            nulls++;
+            validity.set(count, false);
             added();
         }
 
         int count() {
             return count;
-        }
-
-        /** Sets or clears the validity bit of the value being added; the bitmap is made at the first null, with
-         * every value before it set. */
-        private void valid(boolean valid) {
-            if (validity == null || validity.length <= count >>> 3) {
-                byte[] grown = new byte[Math.max(2 * (count >>> 3), 64) + 1];
-                if (validity == null) {
-                    Arrays.fill(grown, 0, (count + 7) >>> 3, (byte) 0xFF);
-                } else {
-                    System.arraycopy(validity, 0, grown, 0, validity.length);
-                }
-                validity = grown;
-            }
-            if (valid) {
-                validity[count >>> 3] |= (byte) (1 << (count & 7));
-            } else {
-                validity[count >>> 3] &= (byte) ~(1 << (count & 7));
-            }
         }
 
         private void grow(int length) {
@@ -271,20 +341,14 @@ final class ColumnBatches implements AutoCloseable {
 
         @Override
         void unload(List<ArrowFieldNode> nodes, List<ArrowBuf> buffers, BufferAllocator allocator) {
-            if (nulls == 0) {
-                noNulls(count, nodes, buffers, allocator);
-            } else {
-                nodes.add(new ArrowFieldNode(count, nulls));
-                buffers.add(bytes(allocator, validity, (count + 7) >>> 3));
-            }
+            validity.unload(count, nodes, buffers, allocator);
             buffers.add(ints(allocator, offsets, count + 1));
             buffers.add(bytes(allocator, data, size));
         }
 
         @Override
         void reset() {
-            validity = null;
-            nulls = 0;
+            validity.reset();
             count = 0;
             size = 0;
         }

@@ -1,13 +1,10 @@
 package rmqlake.jvm;
 
-import java.io.BufferedOutputStream;
 import java.io.IOException;
-import java.io.OutputStream;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.nio.channels.Channels;
 import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -20,17 +17,6 @@ import java.util.List;
 import java.util.Map;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
-import org.apache.arrow.vector.BigIntVector;
-import org.apache.arrow.vector.BitVector;
-import org.apache.arrow.vector.FieldVector;
-import org.apache.arrow.vector.IntVector;
-import org.apache.arrow.vector.VarBinaryVector;
-import org.apache.arrow.vector.VarCharVector;
-import org.apache.arrow.vector.VectorSchemaRoot;
-import org.apache.arrow.vector.complex.ListVector;
-import org.apache.arrow.vector.complex.MapVector;
-import org.apache.arrow.vector.complex.StructVector;
-import org.apache.arrow.vector.ipc.ArrowFileWriter;
 import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.types.pojo.FieldType;
@@ -73,8 +59,8 @@ public final class SplitScratch {
             String messagesPath, String undecidedPath, NarrowRows narrow) throws IOException {
         CommonLineParser parser = new CommonLineParser(options);
         try (BufferAllocator allocator = new RootAllocator();
-                Writer messages = new Writer(allocator, messagesSchema(), messagesPath);
-                Writer undecided = new Writer(allocator, undecidedSchema(), undecidedPath);
+                Messages messages = new Messages(allocator, messagesPath);
+                Undecided undecided = new Undecided(allocator, undecidedPath);
                 FileChannel channel = FileChannel.open(Paths.get(path), StandardOpenOption.READ)) {
             long[] counts = new long[4];
             long number = firstLine;
@@ -91,7 +77,7 @@ public final class SplitScratch {
                         counts[3]++; // a half
                     }
                 } else {
-                    undecided.undecided(number, lines.buffer, lines.lineStart, lines.lineEnd);
+                    undecided.line(number, lines.buffer, lines.lineStart, lines.lineEnd);
                     counts[2]++;
                 }
                 number++;
@@ -248,127 +234,126 @@ public final class SplitScratch {
         return new Field(name, FieldType.nullable(ArrowType.Binary.INSTANCE), null);
     }
 
-    /** An Arrow IPC file written a batch of {@link #BATCH_ROWS} rows at a time. */
-    private static final class Writer implements AutoCloseable {
-        private final VectorSchemaRoot root;
-        private final FieldVector[] vectors;
-        private final OutputStream out;
-        private final ArrowFileWriter writer;
-        private final Map<String, byte[]> utf8 = new HashMap<>(); // the bytes of values that repeat (topics, hosts, names)
-        private int rows;
+    /** The scratch file of a split's messages, written a batch of {@link #BATCH_ROWS} rows at a time. */
+    private static final class Messages implements AutoCloseable {
+        private final ColumnBatches.Int64 sourceLine = new ColumnBatches.Int64();
+        private final ColumnBatches.Bytes topic = new ColumnBatches.Bytes();
+        private final ColumnBatches.Int32 queueId = new ColumnBatches.Int32();
+        private final ColumnBatches.Int32 flag = new ColumnBatches.Int32();
+        private final ColumnBatches.Int32 sysFlag = new ColumnBatches.Int32();
+        private final ColumnBatches.Int32 magic = new ColumnBatches.Int32();
+        private final ColumnBatches.Int64 bornTimestamp = new ColumnBatches.Int64();
+        private final ColumnBatches.Bytes bornHost = new ColumnBatches.Bytes();
+        private final ColumnBatches.Int64 storeTimestamp = new ColumnBatches.Int64();
+        private final ColumnBatches.Bytes storeHost = new ColumnBatches.Bytes();
+        private final ColumnBatches.Bytes storeHostPrefix = new ColumnBatches.Bytes();
+        private final ColumnBatches.Int32 reconsumeTimes = new ColumnBatches.Int32();
+        private final ColumnBatches.Int64 preparedTransactionOffset = new ColumnBatches.Int64();
+        private final ColumnBatches.Bytes body = new ColumnBatches.Bytes(BATCH_ROWS * 1024);
+        private final ColumnBatches.Int32 bodyCrc = new ColumnBatches.Int32();
+        private final ColumnBatches.MapOf properties = new ColumnBatches.MapOf();
+        private final ColumnBatches.Bytes propertiesBytes = new ColumnBatches.Bytes();
+        private final ColumnBatches.ListOf keys = new ColumnBatches.ListOf();
+        private final ColumnBatches.Bytes tags = new ColumnBatches.Bytes();
+        private final ColumnBatches.Bytes uniqKey = new ColumnBatches.Bytes();
+        private final ColumnBatches.Int32 totalSize = new ColumnBatches.Int32();
+        private final ColumnBatches.Bool realQueueRoundRobin = new ColumnBatches.Bool();
+        private final ColumnBatches batches;
+        private final Utf8Cache utf8 = new Utf8Cache();
 
-        Writer(BufferAllocator allocator, Schema schema, String path) throws IOException {
-            root = VectorSchemaRoot.create(schema, allocator);
-            // sized for a batch once, then reset and refilled batch after batch (growing as bodies need)
-            for (FieldVector vector : root.getFieldVectors()) {
-                vector.setInitialCapacity(BATCH_ROWS);
-            }
-            root.allocateNew();
-            vectors = root.getFieldVectors().toArray(new FieldVector[0]);
-            out = new BufferedOutputStream(Files.newOutputStream(Path.of(path)), 1 << 20);
-            writer = new ArrowFileWriter(root, null, Channels.newChannel(out));
-            writer.start();
+        Messages(BufferAllocator allocator, String path) {
+            batches = new ColumnBatches(allocator, messagesSchema(), Path.of(path), BATCH_ROWS, sourceLine, topic,
+                    queueId, flag, sysFlag, magic, bornTimestamp, bornHost, storeTimestamp, storeHost,
+                    storeHostPrefix, reconsumeTimes, preparedTransactionOffset, body, bodyCrc, properties,
+                    propertiesBytes, keys, tags, uniqKey, totalSize, realQueueRoundRobin);
         }
 
         void message(long number, CommonLineParser.Parsed m) throws IOException {
-            FieldVector[] v = vectors;
-            int i = rows;
-            ((BigIntVector) v[0]).setSafe(i, number);
-            text(v[1], i, m.topic, true);
+            sourceLine.add(number);
+            utf8.add(topic, m.topic, true);
             if (m.queueId != null) {
-                ((IntVector) v[2]).setSafe(i, m.queueId);
+                queueId.add(m.queueId);
             } else {
-                ((IntVector) v[2]).setNull(i);
+                queueId.addNull();
             }
-            ((IntVector) v[3]).setSafe(i, m.flag);
-            ((IntVector) v[4]).setSafe(i, m.sysFlag);
-            ((IntVector) v[5]).setSafe(i, m.magic);
-            ((BigIntVector) v[6]).setSafe(i, m.bornTimestamp);
-            text(v[7], i, m.bornHost, true);
-            ((BigIntVector) v[8]).setSafe(i, m.storeTimestamp);
-            text(v[9], i, m.storeHost, true);
-            text(v[10], i, m.storeHostPrefix, true);
-            ((IntVector) v[11]).setSafe(i, m.reconsumeTimes);
-            ((BigIntVector) v[12]).setSafe(i, m.preparedTransactionOffset);
-            ((VarBinaryVector) v[13]).setSafe(i, m.bodyBytes, m.bodyOffset, m.bodyLength);
-            ((IntVector) v[14]).setSafe(i, m.bodyCrc);
-            MapVector properties = (MapVector) v[15];
-            StructVector entries = (StructVector) properties.getDataVector();
-            FieldVector names = (FieldVector) entries.getChildByOrdinal(0);
-            FieldVector values = (FieldVector) entries.getChildByOrdinal(1);
-            int first = properties.startNewValue(i);
-            for (int j = 0; j < m.properties.size(); j++) {
-                entries.setIndexDefined(first + j);
-                text(names, first + j, m.properties.get(j)[0], true);
-                text(values, first + j, m.properties.get(j)[1], false);
+            flag.add(m.flag);
+            sysFlag.add(m.sysFlag);
+            magic.add(m.magic);
+            bornTimestamp.add(m.bornTimestamp);
+            utf8.add(bornHost, m.bornHost, true);
+            storeTimestamp.add(m.storeTimestamp);
+            utf8.add(storeHost, m.storeHost, true);
+            utf8.add(storeHostPrefix, m.storeHostPrefix, true);
+            reconsumeTimes.add(m.reconsumeTimes);
+            preparedTransactionOffset.add(m.preparedTransactionOffset);
+            body.add(m.bodyBytes, m.bodyOffset, m.bodyLength);
+            bodyCrc.add(m.bodyCrc);
+            for (String[] pair : m.properties) {
+                utf8.add(properties.keys, pair[0], true);
+                utf8.add(properties.values, pair[1], false);
             }
-            properties.endValue(i, m.properties.size());
-            ((VarBinaryVector) v[16]).setSafe(i, m.propertiesBytes);
-            ListVector keys = (ListVector) v[17];
-            FieldVector keyElements = keys.getDataVector();
-            int firstKey = keys.startNewValue(i);
-            for (int j = 0; j < m.keys.size(); j++) {
-                text(keyElements, firstKey + j, m.keys.get(j), false);
+            properties.end();
+            propertiesBytes.add(m.propertiesBytes);
+            for (String key : m.keys) {
+                utf8.add(keys.elements, key, false);
             }
-            keys.endValue(i, m.keys.size());
-            text(v[18], i, m.tags, true);
-            text(v[19], i, m.uniqKey, false);
-            ((IntVector) v[20]).setSafe(i, m.totalSize);
+            keys.end();
+            utf8.add(tags, m.tags, true);
+            utf8.add(uniqKey, m.uniqKey, false);
+            totalSize.add(m.totalSize);
             if (m.realQueueRoundRobin != null) {
-                ((BitVector) v[21]).setSafe(i, m.realQueueRoundRobin ? 1 : 0);
+                realQueueRoundRobin.add(m.realQueueRoundRobin);
             } else {
-                ((BitVector) v[21]).setNull(i); // stored on its own topic
+                realQueueRoundRobin.addNull(); // stored on its own topic
             }
-            row();
-        }
-
-        void undecided(long number, byte[] line, int start, int end) throws IOException {
-            ((BigIntVector) vectors[0]).setSafe(rows, number);
-            ((VarBinaryVector) vectors[1]).setSafe(rows, line, start, end - start);
-            row();
-        }
-
-        private void text(FieldVector vector, int i, String value, boolean repeats) {
-            if (value == null) {
-                ((VarCharVector) vector).setNull(i);
-                return;
-            }
-            byte[] bytes = repeats ? utf8.get(value) : null;
-            if (bytes == null) {
-                bytes = value.getBytes(StandardCharsets.UTF_8);
-                if (repeats && utf8.size() < 4096) {
-                    utf8.put(value, bytes);
-                }
-            }
-            ((VarCharVector) vector).setSafe(i, bytes);
-        }
-
-        private void row() throws IOException {
-            rows++;
-            if (rows == BATCH_ROWS) {
-                flush();
-            }
-        }
-
-        private void flush() throws IOException {
-            if (rows == 0) {
-                return;
-            }
-            root.setRowCount(rows);
-            writer.writeBatch();
-            for (FieldVector vector : vectors) {
-                vector.reset();
-            }
-            rows = 0;
+            batches.row();
         }
 
         @Override
         public void close() throws IOException {
-            flush();
-            writer.end();
-            writer.close();
-            root.close();
-            out.close();
+            batches.close();
+        }
+    }
+
+    /** The file of the lines a split leaves to the per-line parser: their numbers and bytes. */
+    private static final class Undecided implements AutoCloseable {
+        private final ColumnBatches.Int64 sourceLine = new ColumnBatches.Int64();
+        private final ColumnBatches.Bytes raw = new ColumnBatches.Bytes();
+        private final ColumnBatches batches;
+
+        Undecided(BufferAllocator allocator, String path) {
+            batches = new ColumnBatches(allocator, undecidedSchema(), Path.of(path), BATCH_ROWS, sourceLine, raw);
+        }
+
+        void line(long number, byte[] line, int start, int end) throws IOException {
+            sourceLine.add(number);
+            raw.add(line, start, end - start);
+            batches.row();
+        }
+
+        @Override
+        public void close() throws IOException {
+            batches.close();
+        }
+    }
+
+    /** The UTF-8 bytes of texts, those that repeat (topics, hosts, names) kept. */
+    private static final class Utf8Cache {
+        private final Map<String, byte[]> kept = new HashMap<>();
+
+        void add(ColumnBatches.Bytes column, String value, boolean repeats) {
+            if (value == null) {
+                column.addNull();
+                return;
+            }
+            byte[] bytes = repeats ? kept.get(value) : null;
+            if (bytes == null) {
+                bytes = value.getBytes(StandardCharsets.UTF_8);
+                if (repeats && kept.size() < 4096) {
+                    kept.put(value, bytes);
+                }
+            }
+            column.add(bytes);
         }
     }
 

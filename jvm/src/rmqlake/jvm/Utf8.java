@@ -34,8 +34,11 @@ final class Utf8 {
         int at = start;
         while (at < end) {
             int b = bytes[at];
-            if (b >= 0) {
+            if (b >= 0) { // ASCII: the run goes on eight bytes at a time
                 at++;
+                while (at + 8 <= end && ((long) WORDS.get(bytes, at) & 0x8080808080808080L) == 0) {
+                    at += 8;
+                }
                 continue;
             }
             int lead = LEADS[b & 0xFF];
