@@ -102,3 +102,30 @@ def test_take_rows_refuses_positions_outside_the_table_as_arrow_does(bad):
         table.take(pa.array(indices))
     with pytest.raises(IndexError):
         take_rows(table, indices)
+
+
+def test_a_lake_data_file_asks_for_its_writeback_as_it_is_written_and_is_the_same_file(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from rmqlake.ingest import scratch
+    from rmqlake.ingest.scratch import SYNC_FILE_RANGE_WRITE, AtomicParquet
+    from rmqlake.lake.storage import Storage
+
+    assert scratch._SYNC_FILE_RANGE is not None  # glibc's, on this Linux machine
+    started = []
+
+    def sync_file_range(fd, offset, count, flags):
+        started.append((offset, count, flags))
+        return 0
+
+    monkeypatch.setattr(scratch, "_SYNC_FILE_RANGE", sync_file_range)
+    table = pa.table({"n": list(range(1000)), "s": [f"v{i}" for i in range(1000)]})
+    for behind in (True, False):
+        file = AtomicParquet(Storage(str(tmp_path)), f"t/{behind}.parquet", row_group_size=100, write_behind=behind)
+        file.write(table.slice(0, 600))
+        file.write(table.slice(600))
+        file.close()
+    # after each table and at the close, the whole file so far, without waiting for it
+    assert started == [(0, 0, SYNC_FILE_RANGE_WRITE)] * 3
+    assert pq.read_table(tmp_path / "t" / "True.parquet").equals(pq.read_table(tmp_path / "t" / "False.parquet"))
+    assert not [p for p in (tmp_path / "t").iterdir() if p.name.startswith(".")]  # no temporary file left

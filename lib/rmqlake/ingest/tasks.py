@@ -715,6 +715,7 @@ def write_partition(
             storage,
             f"{target.commitlog_dir}/{relative}",
             row_group_size=rows_per_group,
+            write_behind=True,
             **COMMITLOG_WRITE_OPTIONS,
         )
         writer.write(table.slice(first, end - first))

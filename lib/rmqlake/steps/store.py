@@ -324,7 +324,7 @@ def _run_writers(spark, kinds: list[_Writers]) -> list[list[dict]]:
     segment, instead of waiting for it: a job per kind left one core idle for a second of every export.
     """
     context = spark.sparkContext
-    groups = _writer_groups(kinds, slices=max(4 * context.defaultParallelism, 1))
+    groups = _writer_groups(kinds, slices=_writer_slices(spark))
     results: list[list[dict]] = [[] for _ in kinds]
     if not groups:
         return results
@@ -332,6 +332,11 @@ def _run_writers(spark, kinds: list[_Writers]) -> list[list[dict]]:
     for number, result in context.parallelize(groups, len(groups)).flatMap(_write_group).collect():
         results[number].append(result)
     return results
+
+
+def _writer_slices(spark) -> int:
+    """Spark tasks a kind of many small tasks is cut into: a few per core, so that uneven runs even out."""
+    return max(4 * spark.sparkContext.defaultParallelism, 1)
 
 
 _WriterGroup = tuple[int, Callable[[dict], dict], list[dict]]  # (kind number, write, tasks): one Spark task
@@ -540,8 +545,9 @@ def import_store(spark, settings: Settings, *, store_dir: str) -> dict:
         Metrics: ``files``, ``messages``, ``corrupt_records`` (also in
         ``rejected``: file, offset, reason), ``start_offset``, ``end_offset``,
         ``status`` (``imported``, or ``already_imported`` for the same store),
-        ``records_decoded_in_jvm`` (``import_store.reader``); and the stable ones (``rows_in`` records read, ``rows_out`` messages
-        imported, ``rejected`` corrupt records).
+        ``records_decoded_in_jvm`` (``import_store.reader``); and the stable
+        ones (``rows_in`` records read, ``rows_out`` messages imported,
+        ``rejected`` corrupt records).
     """
     root = Path(store_dir).resolve()
     folder = root / "commitlog"
@@ -700,10 +706,15 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
 
 def _read_pieces(spark, tasks: list[dict], *, target: ImportTarget, jvm: bool) -> list[dict]:
     """Import the pieces of ``tasks``: with ``jvm``, the JVM decoder's job reads their runs of clean records first,
-    then a Python task per piece writes it."""
+    then Python tasks write them.
+
+    A submission of many pieces (the small files of a store) is cut into a few runs of pieces, a Spark task each,
+    in both jobs: a Spark task costs ~10-25 ms however little it does, which a 4 MiB file paid twice.
+    """
+    slices = min(len(tasks), _writer_slices(spark))
     if jvm:
-        tasks = decode_in_jvm(spark, tasks, target=target)
-    return _run_tasks(spark, partial(import_task, target=target), tasks, one_per_task=True)
+        tasks = decode_in_jvm(spark, tasks, target=target, slices=slices)
+    return _run_tasks(spark, partial(import_task, target=target), tasks)
 
 
 def _staged_messages(spark, run):

@@ -421,6 +421,7 @@ def import_piece(
             storage,
             f"{target.commitlog_dir}/segment={segment}/{name}",
             row_group_size=1,
+            write_behind=True,
             **COMMITLOG_WRITE_OPTIONS,
         ),
         row_group_bytes=COMMITLOG_ROW_GROUP_BYTES,
@@ -618,17 +619,17 @@ def import_task(task: dict, *, target: ImportTarget) -> dict:
 DECODE_JOB = "rmqlake.jvm.StoreRecords"
 
 
-def decode_in_jvm(spark, tasks: list[dict], *, target: ImportTarget) -> list[dict]:
+def decode_in_jvm(spark, tasks: list[dict], *, target: ImportTarget, slices: int) -> list[dict]:
     """``tasks`` of ``import_files``, each with the run of clean records at its piece's start that the JVM decoder
-    read (``decoded``, a ``DecodedRun``): a Spark job of a task per piece, run before the Python tasks that write
-    the pieces.
+    read (``decoded``, a ``DecodedRun``): a Spark job of ``slices`` tasks (each decodes a run of the pieces), run
+    before the Python tasks that write the pieces.
 
     A piece the JVM code failed on (its answer says why) has none: the Python task reads all of it.
     """
     storage = target.storage()
     files = [storage.file_path(target.decoded_file(task["number"])) for task in tasks]
     lines = [decode_task_line(task["piece"], file) for task, file in zip(tasks, files, strict=True)]
-    answers = spark._jvm.rmqlake.jvm.StoreRecords.run(spark._jsc, "\n".join(lines)).split("\n")
+    answers = spark._jvm.rmqlake.jvm.StoreRecords.run(spark._jsc, "\n".join(lines), slices).split("\n")
     decoded = []
     for task, file, answer in zip(tasks, files, answers, strict=True):
         run = decoded_run(answer, file=file)

@@ -50,7 +50,8 @@ public final class StoreRecords {
     static final int MIN_RECORD_SIZE = 74 + 8 + 8 + 1;
     /** A piece is mapped in windows of at most this many bytes. */
     static final long WINDOW_BYTES = 1L << 30;
-    /** A bigger record ends the run (the Python reader reads it): it is copied whole, and no broker writes one. */
+    /** A bigger record ends the run and the Python reader reads it (a record is copied whole here; one under the
+     * broker's default 4 MiB message limit is far smaller). */
     static final int MAX_RECORD_BYTES = 64 << 20;
     private static final int BORNHOST_V6_FLAG = 0x10;
     private static final int STOREHOST_V6_FLAG = 0x20;
@@ -77,13 +78,13 @@ public final class StoreRecords {
     /**
      * Decodes the pieces of {@code tasks} (a line each: path, the file's first physical offset, the piece's first
      * byte, its end (-1: the file end), 1 to check body CRCs, the Arrow IPC path to write; tab-separated, paths
-     * absolute and local), a Spark task each; returns a line per piece: the position where the run ended and the
-     * rows written, tab-separated; or "gave up" and the reason, for a piece this code failed on (its file is not
-     * written, and the Python reader reads the whole piece).
+     * absolute and local) in {@code slices} Spark tasks, each of a run of consecutive pieces; returns a line per
+     * piece: the position where the run ended and the rows written, tab-separated; or "gave up" and the reason, for
+     * a piece this code failed on (its file is not written, and the Python reader reads the whole piece).
      */
-    public static String run(JavaSparkContext context, String tasks) {
+    public static String run(JavaSparkContext context, String tasks, int slices) {
         List<String> lines = Arrays.asList(tasks.split("\n"));
-        return String.join("\n", context.parallelize(lines, lines.size()).map(StoreRecords::decodeTask).collect());
+        return String.join("\n", context.parallelize(lines, slices).map(StoreRecords::decodeTask).collect());
     }
 
     static String decodeTask(String taskLine) throws IOException {
@@ -170,6 +171,7 @@ public final class StoreRecords {
         private final CRC32 crc = new CRC32();
         private final HostTexts bornHosts = new HostTexts();
         private final HostTexts storeHosts = new HostTexts();
+        private byte[] b = new byte[64 * 1024]; // the record being checked
         long rows;
 
         Decoder(long startOffset, boolean checkCrc, Writer writer) {
@@ -178,8 +180,6 @@ public final class StoreRecords {
             this.writer = writer;
         }
 
-        private byte[] b = new byte[64 * 1024];
-
         /** Whether the record of {@code size} bytes at {@code data[from]} (file position {@code position}) is clean;
          * its row is written when it is. The record is copied whole first: then each field is an array read. */
         boolean record(ByteBuffer data, int from, int size, long position) throws IOException {
@@ -187,7 +187,7 @@ public final class StoreRecords {
                 b = new byte[Math.max(size, 2 * b.length)];
             }
             data.get(from, b, 0, size);
-            int at = 0;
+            int at = 0; // the record's start in b
             int magic = intAt(b, at + 4);
             if (magic != MAGIC_V1 && magic != MAGIC_V2) {
                 return false;
@@ -331,7 +331,7 @@ public final class StoreRecords {
         }
     }
 
-    /** The columns written (the Python package's {@code DECODED_SCHEMA}, which owns them; the tests compare both). */
+    /** The columns written ({@code DECODED} of the Python package, which owns them; the tests compare both). */
     static Schema schema() {
         return new Schema(List.of(
                 SplitScratch.int64("physical_offset"), SplitScratch.int32("total_size"), SplitScratch.int32("magic"),
