@@ -188,6 +188,37 @@ def require_jvm_jar(settings: SparkSettings, *, setting: str = "ingest.parser") 
         )
 
 
+def jvm_class_loaded(spark, name: str) -> bool:
+    """Whether the session's JVM has the class ``name`` (``spark.jars`` are in the context class loader)."""
+    try:
+        jvm = spark._jvm  # a session without a local JVM (Spark Connect) has none
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(name, False, loader)
+    except Exception:  # py4j wraps the ClassNotFoundException
+        return False
+    return True
+
+
+def use_jvm_job(spark, settings: SparkSettings, *, setting: str, choice: str, job_class: str, otherwise: str) -> bool:
+    """Whether a step runs its JVM job, as ``setting`` (``choice``: auto, jvm or python) says: "auto" runs it where
+    ``job_class`` is loaded, else logs ``otherwise`` (what the step does instead).
+
+    Raises:
+        ConfigError: ``choice`` is "jvm" but the session lacks the class (spark-submit without the jar).
+    """
+    if choice == "python":
+        return False
+    if jvm_class_loaded(spark, job_class):
+        return True
+    if choice == "jvm":
+        raise ConfigError(
+            f"{setting} is jvm but the session does not have rmqlake's JVM classes: give spark-submit "
+            f"--jars {settings.jvm_jar} (`make jars` builds it), or set {setting} to auto or python"
+        )
+    log.warning("rmqlake's JVM classes are not on the classpath (`make jars` builds them): %s", otherwise)
+    return False
+
+
 def session_conf(settings: SparkSettings, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The settings rmqlake gives the session builder, later ones winning: the shuffle partitions and
     ``PYTHON_WORKER_CONF``, the user's ``spark.conf`` (conf files or ``--set spark.conf.<key>=<value>``),

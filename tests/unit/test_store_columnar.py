@@ -11,6 +11,7 @@ import random
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -403,28 +404,36 @@ def test_odd_records_read_the_same_both_ways(tmp_path):
     _read_both(unsealed, 1 << 30)
 
 
-@pytest.mark.parametrize(
-    ("at", "patch"),
-    [
-        (8, b"\x00\x00\x00\x01"),  # BODYCRC
-        (12, b"\xff\xff\xff\xff"),  # a negative queue id
-        (28, b"\x00\x00\x00\x00\x00\x00\x00\x09"),  # PHYSICALOFFSET
-        (52, b"\xff\xff\xff\xff"),  # the born host's port, negative
-        (0, b"\x00\x00\x00\x10"),  # TOTALSIZE too small
-        (0, b"\x00\x00\x7f\xff"),  # TOTALSIZE running into the next record
-        (4, b"\x12\x34\x56\x78"),  # magic
-    ],
-)
-@pytest.mark.parametrize("record_number", [0, 7, 39])
-def test_a_damaged_record_reads_the_same_both_ways(at, patch, record_number, tmp_path):
-    start = 1 << 30
+# Damage to one field of a record: (byte position in the record, the bytes written there).
+DAMAGED_FIELDS = [
+    (8, b"\x00\x00\x00\x01"),  # BODYCRC
+    (12, b"\xff\xff\xff\xff"),  # a negative queue id
+    (28, b"\x00\x00\x00\x00\x00\x00\x00\x09"),  # PHYSICALOFFSET
+    (52, b"\xff\xff\xff\xff"),  # the born host's port, negative
+    (0, b"\x00\x00\x00\x10"),  # TOTALSIZE too small
+    (0, b"\x00\x00\x7f\xff"),  # TOTALSIZE running into the next record
+    (4, b"\x12\x34\x56\x78"),  # magic
+]
+
+
+def damaged_segment(folder: Path, start: int, *, record_number: int, at: int, patch: bytes) -> tuple[Path, int]:
+    """A sealed segment at ``start`` of ``_odd_records`` with ``patch`` written at byte ``at`` of record
+    ``record_number``: its path, and where that record starts in it."""
     data = bytearray(_odd_records(start))
     position = 0
     for _ in range(record_number):
         position += int.from_bytes(data[position : position + 4], "big")
     data[position + at : position + at + len(patch)] = patch
-    path = tmp_path / f"{start:020d}"
+    path = folder / f"{start:020d}"
     path.write_bytes(bytes(data) + encode_blank(64) + bytes(56))
+    return path, position
+
+
+@pytest.mark.parametrize(("at", "patch"), DAMAGED_FIELDS)
+@pytest.mark.parametrize("record_number", [0, 7, 39])
+def test_a_damaged_record_reads_the_same_both_ways(at, patch, record_number, tmp_path):
+    start = 1 << 30
+    path, _ = damaged_segment(tmp_path, start, record_number=record_number, at=at, patch=patch)
     for check_crc in (True, False):
         _read_both(path, start, last=False, check_crc=check_crc)
 

@@ -8,6 +8,7 @@ trivially). One JVM answers every test's tasks, as a Spark task would (its ``mai
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from rmqlake.store.imports import (
     plan_pieces,
 )
 from tests.java_oracle import _java_bin
-from tests.unit.test_store_columnar import V6, _odd_records
+from tests.unit.test_store_columnar import DAMAGED_FIELDS, V6, _odd_records, damaged_segment
 from tests.unit.test_store_fuzz import FUZZ, mutated
 from tests.unit.test_store_import import record
 
@@ -112,14 +113,8 @@ def test_a_file_without_a_clean_record_writes_no_rows(decoder, tmp_path):
 @pytest.mark.parametrize(
     ("at", "patch"),
     [
-        (8, b"\x00\x00\x00\x01"),  # BODYCRC
-        (12, b"\xff\xff\xff\xff"),  # a negative queue id
-        (28, b"\x00\x00\x00\x00\x00\x00\x00\x09"),  # PHYSICALOFFSET
-        (52, b"\xff\xff\xff\xff"),  # the born host's port, negative
+        *DAMAGED_FIELDS,
         (52, b"\x00\x01\x11\x70"),  # the born host's port, 70000
-        (0, b"\x00\x00\x00\x10"),  # TOTALSIZE too small
-        (0, b"\x00\x00\x7f\xff"),  # TOTALSIZE running into the next record
-        (4, b"\x12\x34\x56\x78"),  # magic
         (36, b"\x00\x00\x00\x30"),  # sysFlag: IPv6 hosts the fields do not hold
     ],
 )
@@ -127,13 +122,7 @@ def test_a_file_without_a_clean_record_writes_no_rows(decoder, tmp_path):
 @pytest.mark.parametrize("check_crc", [True, False])
 def test_the_run_ends_before_a_damaged_record_and_python_reads_on(decoder, tmp_path, at, patch, record_number,
                                                                     check_crc):  # fmt: skip
-    data = bytearray(_odd_records(START))
-    position = 0
-    for _ in range(record_number):
-        position += int.from_bytes(data[position : position + 4], "big")
-    data[position + at : position + at + len(patch)] = patch
-    path = tmp_path / f"{START:020d}"
-    path.write_bytes(bytes(data) + encode_blank(64) + bytes(56))
+    path, position = damaged_segment(tmp_path, START, record_number=record_number, at=at, patch=patch)
     rows, run, _ = read_piece(decoder, whole(path, START, last=False), tmp_path / "d.arrow", check_crc=check_crc)
     expected = reference(path, START, last=False, check_crc=check_crc)
     assert rows == expected
@@ -252,3 +241,28 @@ def test_mutated_segments_read_as_the_reference_reads_them(decoder, tmp_path_fac
     path.write_bytes(data)
     rows, _, _ = read_piece(decoder, whole(path, start, last=last), folder / "d.arrow", check_crc=check_crc)
     assert rows == reference(path, start, last=last, check_crc=check_crc)
+
+
+@pytest.mark.parametrize(
+    ("setting", "check"),
+    [("import_store.reader", "use_jvm_reader"), ("ingest.parser", "use_jvm_parser")],
+)
+def test_without_the_jvm_classes_auto_reads_in_python_and_jvm_stops(tmp_path, caplog, setting, check):
+    """A session whose JVM lacks rmqlake's classes (``None``: not even a JVM, as under Spark Connect)."""
+    from rmqlake.errors import ConfigError
+    from rmqlake.steps import ingest, store
+    from tests.conftest import make_settings
+
+    def use_jvm(settings):
+        if check == "use_jvm_parser":
+            return ingest.use_jvm_parser(None, settings, ingest.parse_options(settings))
+        return store.use_jvm_reader(None, settings)
+
+    assert use_jvm(make_settings(tmp_path / "lake", f"{setting}=python")) is False
+    assert not caplog.records  # asked for Python: nothing to warn about
+    assert use_jvm(make_settings(tmp_path / "lake", f"{setting}=auto")) is False
+    assert any("JVM classes are not on the classpath" in r.getMessage() for r in caplog.records)
+    name, jar = re.escape(setting), re.escape(str(make_settings(tmp_path / "lake").spark.jvm_jar))
+    refused = rf"^{name} is jvm but the session does not have .* --jars {jar} .*set {name} to auto or python$"
+    with pytest.raises(ConfigError, match=refused):
+        use_jvm(make_settings(tmp_path / "lake", f"{setting}=jvm"))

@@ -81,18 +81,6 @@ def _check_field(value: str) -> None:
 JOB_CLASS = "rmqlake.jvm.IngestParse"
 
 
-def jvm_parser_loaded(spark, job_class: str = JOB_CLASS) -> bool:
-    """Whether the session's JVM has the parse job's class, or ``job_class`` (``spark.jars`` are in the context
-    class loader)."""
-    try:
-        jvm = spark._jvm  # a session without a local JVM (Spark Connect) has none
-        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        jvm.java.lang.Class.forName(job_class, False, loader)
-    except Exception:  # py4j wraps the ClassNotFoundException
-        return False
-    return True
-
-
 @dataclass(frozen=True)
 class JvmSplit:
     """A split for the JVM parse job: the input's local path and the local paths of the files it writes."""

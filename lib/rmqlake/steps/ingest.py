@@ -17,7 +17,7 @@ from rmqlake.errors import ConfigError, RefusedError, UsageError
 from rmqlake.formats.transaction import DEFAULT_TRANSACTION_TIMEOUT_MS, HALF_QUEUE_ID, HALF_TOPIC
 from rmqlake.ingest.deliveries import pending_as_rows, schedule_after
 from rmqlake.ingest.files import Fingerprint, InputFile, resolve_inputs
-from rmqlake.ingest.jvm import jvm_parser_loaded, options_text
+from rmqlake.ingest.jvm import JOB_CLASS, options_text
 from rmqlake.ingest.lines import ParseOptions
 from rmqlake.ingest.plan import merge_segment_aggregates
 from rmqlake.ingest.scratch import IngestTarget
@@ -39,7 +39,7 @@ from rmqlake.lake.state import (
     TopicTotals,
 )
 from rmqlake.progress import Stages, spark_description, spark_progress
-from rmqlake.session import require_jvm_jar
+from rmqlake.session import require_jvm_jar, use_jvm_job
 from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.timeutil import epoch_ms
 from rmqlake.transforms.segments import segment_size_problem, update_segments
@@ -99,15 +99,8 @@ def use_jvm_parser(spark, settings: Settings, options: ParseOptions) -> bool:
             raise ConfigError(f"ingest.parser is jvm, but {exc}") from exc
         log.warning("%s: lines are parsed in Python", exc)
         return False
-    if jvm_parser_loaded(spark):
-        return True
-    if settings.ingest.parser == "jvm":
-        raise ConfigError(
-            "ingest.parser is jvm but the session does not have rmqlake's JVM classes: give spark-submit "
-            f"--jars {settings.spark.jvm_jar} (`make jars` builds it), or set ingest.parser to auto or python"
-        )
-    log.warning("rmqlake's JVM parser is not on the classpath (`make jars` builds it): lines are parsed in Python")
-    return False
+    return use_jvm_job(spark, settings.spark, setting="ingest.parser", choice=settings.ingest.parser,
+                       job_class=JOB_CLASS, otherwise="lines are parsed in Python")  # fmt: skip
 
 
 def default_sort_partitions(*, input_bytes: int, shuffle_partitions: int, cores: int) -> int:

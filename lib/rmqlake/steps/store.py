@@ -50,7 +50,6 @@ from rmqlake.formats.consumequeue import SCHEDULE_TOPIC, cq_file_size
 from rmqlake.formats.indexfile import index_file_size
 from rmqlake.formats.schedule import TIMER_TOPIC
 from rmqlake.formats.topic import topic_error
-from rmqlake.ingest.jvm import jvm_parser_loaded
 from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table, stage_dataframe
 from rmqlake.lake.state import (
@@ -63,7 +62,7 @@ from rmqlake.lake.state import (
 )
 from rmqlake.lake.tables import COMMITLOG, SEGMENTS
 from rmqlake.progress import Stages, in_another_thread
-from rmqlake.session import require_jvm_jar
+from rmqlake.session import require_jvm_jar, use_jvm_job
 from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.store import (
     IMPORTED,
@@ -525,17 +524,8 @@ def use_jvm_reader(spark, settings: Settings) -> bool:
     Raises:
         ConfigError: ``import_store.reader`` is "jvm" but the session lacks the class (spark-submit without the jar).
     """
-    if settings.import_store.reader == "python":
-        return False
-    if jvm_parser_loaded(spark, DECODE_JOB):
-        return True
-    if settings.import_store.reader == "jvm":
-        raise ConfigError(
-            "import_store.reader is jvm but the session does not have rmqlake's JVM classes: give spark-submit "
-            f"--jars {settings.spark.jvm_jar} (`make jars` builds it), or set import_store.reader to auto or python"
-        )
-    log.warning("rmqlake's JVM decoder is not on the classpath (`make jars` builds it): records are read in Python")
-    return False
+    return use_jvm_job(spark, settings.spark, setting="import_store.reader", choice=settings.import_store.reader,
+                       job_class=DECODE_JOB, otherwise="records are read in Python")  # fmt: skip
 
 
 def import_store(spark, settings: Settings, *, store_dir: str) -> dict:
