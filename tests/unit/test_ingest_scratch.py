@@ -129,3 +129,36 @@ def test_a_lake_data_file_asks_for_its_writeback_as_it_is_written_and_is_the_sam
     assert started == [(0, 0, SYNC_FILE_RANGE_WRITE)] * 3
     assert pq.read_table(tmp_path / "t" / "True.parquet").equals(pq.read_table(tmp_path / "t" / "False.parquet"))
     assert not [p for p in (tmp_path / "t").iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_the_real_writeback_call_takes_a_file_and_a_refusal_turns_it_off(tmp_path, monkeypatch):
+    import os
+
+    import pyarrow.parquet as pq
+
+    from rmqlake.ingest import scratch
+    from rmqlake.ingest.scratch import SYNC_FILE_RANGE_WRITE, AtomicParquet
+    from rmqlake.lake.storage import Storage
+
+    path = tmp_path / "data"
+    path.write_bytes(bytes(1 << 20))
+    descriptor = os.open(path, os.O_RDONLY)
+    try:  # glibc's, with the argument types and flag rmqlake gives it
+        assert scratch._SYNC_FILE_RANGE(descriptor, 0, 0, SYNC_FILE_RANGE_WRITE) == 0
+    finally:
+        os.close(descriptor)
+    calls = []
+
+    def refused(*arguments):  # a file system without it (EINVAL, ESPIPE)
+        calls.append(arguments)
+        return -1
+
+    monkeypatch.setattr(scratch, "_SYNC_FILE_RANGE", refused)
+    table = pa.table({"n": list(range(1000))})
+    file = AtomicParquet(Storage(str(tmp_path)), "t/refused.parquet", row_group_size=100, write_behind=True)
+    file.write(table.slice(0, 600))
+    assert not file.write_behind  # asked once, then never again
+    file.write(table.slice(600))
+    file.close()
+    assert len(calls) == 1
+    assert pq.read_table(tmp_path / "t" / "refused.parquet").equals(table)
