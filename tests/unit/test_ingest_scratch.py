@@ -105,6 +105,8 @@ def test_take_rows_refuses_positions_outside_the_table_as_arrow_does(bad):
 
 
 def test_a_lake_data_file_asks_for_its_writeback_as_it_is_written_and_is_the_same_file(tmp_path, monkeypatch):
+    import os
+
     import pyarrow.parquet as pq
 
     from rmqlake.ingest import scratch
@@ -112,10 +114,11 @@ def test_a_lake_data_file_asks_for_its_writeback_as_it_is_written_and_is_the_sam
     from rmqlake.lake.storage import Storage
 
     assert scratch._SYNC_FILE_RANGE is not None  # glibc's, on this Linux machine
-    started = []
+    started, sizes = [], []
 
     def sync_file_range(fd, offset, count, flags):
         started.append((offset, count, flags))
+        sizes.append(os.fstat(fd).st_size)  # what reached the file: the stream's buffer was flushed first
         return 0
 
     monkeypatch.setattr(scratch, "_SYNC_FILE_RANGE", sync_file_range)
@@ -127,6 +130,7 @@ def test_a_lake_data_file_asks_for_its_writeback_as_it_is_written_and_is_the_sam
         file.close()
     # after each table and at the close, the whole file so far, without waiting for it
     assert started == [(0, 0, SYNC_FILE_RANGE_WRITE)] * 3
+    assert 0 < sizes[0] < sizes[1] < sizes[2] == (tmp_path / "t" / "True.parquet").stat().st_size
     assert pq.read_table(tmp_path / "t" / "True.parquet").equals(pq.read_table(tmp_path / "t" / "False.parquet"))
     assert not [p for p in (tmp_path / "t").iterdir() if p.name.startswith(".")]  # no temporary file left
 
