@@ -165,7 +165,7 @@ class AtomicFile:
 
     def _open_stream(self) -> pa.NativeFile:
         """The temporary file, opened for writing through a buffer: Parquet and IPC writers hand the stream each
-        page header, page and buffer on its own (a 64 MiB commitlog file of 256-row pages is ~13,000 writes),
+        page header, page and buffer on its own (a 64 MiB commitlog file of 256-row pages is ~18,600 writes),
         and a local file's stream would make each one a system call."""
         return self.storage.fs.open_output_stream(self._temporary_path(), compression=None, buffer_size=_WRITE_BUFFER)
 
