@@ -3,6 +3,8 @@ Arrow's take (the reference) gives."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -110,15 +112,16 @@ def test_a_lake_data_file_asks_for_its_writeback_as_it_is_written_and_is_the_sam
     import pyarrow.parquet as pq
 
     from rmqlake.ingest import scratch
-    from rmqlake.ingest.scratch import SYNC_FILE_RANGE_WRITE, AtomicParquet
+    from rmqlake.ingest.scratch import SYNC_FILE_RANGE_WRITE, AtomicParquet, wait_for_writeback_requests
     from rmqlake.lake.storage import Storage
 
     assert scratch._SYNC_FILE_RANGE is not None  # glibc's, on this Linux machine
-    started, sizes = [], []
+    started, sizes, threads = [], [], set()
 
     def sync_file_range(fd, offset, count, flags):
         started.append((offset, count, flags))
         sizes.append(os.fstat(fd).st_size)  # what reached the file: the stream's buffer was flushed first
+        threads.add(threading.current_thread().name)
         return 0
 
     monkeypatch.setattr(scratch, "_SYNC_FILE_RANGE", sync_file_range)
@@ -128,11 +131,46 @@ def test_a_lake_data_file_asks_for_its_writeback_as_it_is_written_and_is_the_sam
         file.write(table.slice(0, 600))
         file.write(table.slice(600))
         file.close()
-    # after each table and at the close, the whole file so far, without waiting for it
-    assert started == [(0, 0, SYNC_FILE_RANGE_WRITE)] * 3
-    assert 0 < sizes[0] < sizes[1] < sizes[2] == (tmp_path / "t" / "True.parquet").stat().st_size
+    wait_for_writeback_requests()
+    # after each table and at the close, the file so far, asked for on the writeback thread, not waiting for it
+    assert [(offset, flags) for offset, _, flags in started] == [(0, SYNC_FILE_RANGE_WRITE)] * 3
+    requested = [count for _, count, _ in started]
+    assert 0 < requested[0] < requested[1] < requested[2] == (tmp_path / "t" / "True.parquet").stat().st_size
+    assert all(size >= count for size, count in zip(sizes, requested, strict=True))  # every byte asked for was there
+    assert len(threads) == 1 and threading.current_thread().name not in threads
     assert pq.read_table(tmp_path / "t" / "True.parquet").equals(pq.read_table(tmp_path / "t" / "False.parquet"))
     assert not [p for p in (tmp_path / "t").iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def _write_behind_in_child(folder: str, answer) -> None:
+    from rmqlake.ingest import scratch
+    from rmqlake.lake.storage import Storage
+
+    requested = []
+    scratch._SYNC_FILE_RANGE = lambda fd, offset, count, flags: requested.append(count) or 0
+    file = scratch.AtomicParquet(Storage(folder), "t/child.parquet", row_group_size=10, write_behind=True)
+    file.write(pa.table({"n": list(range(100))}))
+    file.close()
+    scratch.wait_for_writeback_requests()
+    answer.put(requested)
+
+
+def test_a_forked_process_makes_its_writeback_requests_on_a_thread_of_its_own(tmp_path):
+    """Spark's Python workers are forked: a thread of the parent does not exist in the child, and a request queued
+    for it would never be made (nor its descriptor closed)."""
+    import multiprocessing
+
+    from rmqlake.ingest import scratch
+
+    scratch.wait_for_writeback_requests()  # the parent's thread exists
+    context = multiprocessing.get_context("fork")
+    answer = context.Queue()
+    child = context.Process(target=_write_behind_in_child, args=(str(tmp_path), answer))
+    child.start()
+    requested = answer.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert len(requested) == 2 and requested[-1] == (tmp_path / "t" / "child.parquet").stat().st_size
 
 
 def test_the_real_writeback_call_takes_a_file_and_a_refusal_turns_it_off(tmp_path, monkeypatch):
@@ -141,7 +179,7 @@ def test_the_real_writeback_call_takes_a_file_and_a_refusal_turns_it_off(tmp_pat
     import pyarrow.parquet as pq
 
     from rmqlake.ingest import scratch
-    from rmqlake.ingest.scratch import SYNC_FILE_RANGE_WRITE, AtomicParquet
+    from rmqlake.ingest.scratch import SYNC_FILE_RANGE_WRITE, AtomicParquet, wait_for_writeback_requests
     from rmqlake.lake.storage import Storage
 
     path = tmp_path / "data"
@@ -161,8 +199,10 @@ def test_the_real_writeback_call_takes_a_file_and_a_refusal_turns_it_off(tmp_pat
     table = pa.table({"n": list(range(1000))})
     file = AtomicParquet(Storage(str(tmp_path)), "t/refused.parquet", row_group_size=100, write_behind=True)
     file.write(table.slice(0, 600))
+    wait_for_writeback_requests()
     assert not file.write_behind  # asked once, then never again
     file.write(table.slice(600))
     file.close()
+    wait_for_writeback_requests()
     assert len(calls) == 1
     assert pq.read_table(tmp_path / "t" / "refused.parquet").equals(table)
