@@ -206,3 +206,66 @@ def test_the_real_writeback_call_takes_a_file_and_a_refusal_turns_it_off(tmp_pat
     wait_for_writeback_requests()
     assert len(calls) == 1
     assert pq.read_table(tmp_path / "t" / "refused.parquet").equals(table)
+
+
+def _scratch_files(tmp_path, names):
+    from rmqlake.lake.storage import Storage
+
+    storage = Storage(str(tmp_path))
+    for name in names:
+        storage.write_bytes(f"s/{name}", b"x")
+    return storage
+
+
+def _left(tmp_path) -> list[str]:
+    return sorted(path.name for path in (tmp_path / "s").iterdir())
+
+
+def test_the_reclaimer_deletes_a_file_once_every_partition_reading_it_has_finished(tmp_path):
+    """Driven step by step (the thread is left asleep): a file waits for all of its partitions, in any order."""
+    from rmqlake.ingest.scratch import ScratchReclaimer
+
+    storage = _scratch_files(tmp_path, ["narrow", "both", "later", "never"])
+    finished: set[int] = set()
+    reclaimer = ScratchReclaimer(storage, poll_seconds=3600)
+    try:
+        reclaimer.delete("s/narrow")  # no partition reads it
+        reclaimer.delete("s/both", after=[0, 1])
+        reclaimer.delete("s/later", after=[2])
+        reclaimer.delete("s/never", after=[1, 3])  # partition 3 does not finish
+        reclaimer.delete("s/absent", after=[0])  # a split with nothing kept has no file
+        reclaimer.follow(lambda: frozenset(finished))
+        reclaimer._delete_ready()
+        assert _left(tmp_path) == ["both", "later", "never"]
+        finished.add(1)
+        reclaimer._delete_ready()
+        assert _left(tmp_path) == ["both", "later", "never"]
+        finished.update({0, 2})
+        reclaimer._delete_ready()
+        assert _left(tmp_path) == ["never"]
+    finally:
+        reclaimer.close()
+    assert _left(tmp_path) == ["never"]  # left for the run's clean-up
+    assert reclaimer.deleted == 3
+
+
+def test_the_reclaimers_thread_deletes_while_the_caller_waits_and_closing_deletes_what_is_ready(tmp_path):
+    import time
+
+    from rmqlake.ingest.scratch import ScratchReclaimer
+
+    storage = _scratch_files(tmp_path, ["a", "b", "c"])
+    finished: set[int] = set()
+    with ScratchReclaimer(storage, poll_seconds=0.01) as reclaimer:
+        reclaimer.follow(lambda: frozenset(finished))
+        reclaimer.delete("s/a", after=[0])
+        reclaimer.delete("s/b", after=[1])
+        reclaimer.delete("s/c", after=[2])
+        finished.add(0)
+        deadline = time.monotonic() + 60
+        while "a" in _left(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _left(tmp_path) == ["b", "c"]  # deleted by the thread, the caller doing nothing
+        finished.add(1)  # finishes as the reclaimer closes: still deleted
+    assert _left(tmp_path) == ["c"]
+    assert not reclaimer._thread.is_alive()

@@ -16,7 +16,7 @@ from rmqlake.formats.segment import place_records, segment_file_name, segment_st
 from rmqlake.ingest import scratch as scratch_module
 from rmqlake.ingest import tasks as tasks_module
 from rmqlake.ingest.lines import ParseOptions
-from rmqlake.ingest.plan import APPEND_ORDER, PartitionStart, append_order_bounds, stats_rows
+from rmqlake.ingest.plan import APPEND_ORDER, PartitionStart, append_order_bounds, partition_reads, stats_rows
 from rmqlake.ingest.scratch import (
     NARROW_SCHEMA,
     NARROW_SPANS_KEY,
@@ -274,6 +274,71 @@ def test_a_range_takes_exactly_its_store_times_where_batches_end_on_its_bounds(t
             for line, stamp in enumerate(stamps)
             if (low is None or stamp >= low) and (high is None or stamp < high)
         ], (low, high)
+
+
+@pytest.mark.parametrize("bounds", [[], [4, 5, 9], [2, 4, 8], [5, 6, 7], [9, 10, 11], [4, 4, 30]])
+def test_a_partitions_reads_hold_every_split_its_range_gathers_and_no_split_reaching_elsewhere(
+    tmp_path, monkeypatch, bounds
+):
+    """The driver deletes a split's scratch file once the partitions reading it have finished: every split whose
+    rows a range gathers must be among its reads, and a split whose batches all lie outside it must not."""
+    monkeypatch.setattr(scratch_module, "NARROW_BATCH_ROWS", 4)
+    target = _target(tmp_path)
+    storage = target.storage()
+    splits = {
+        0: [1, 2, 3, 4, 4, 5, 6, 7, 8, 9, 9, 9, 10],  # batches: 1-4, 4-7, 8-9, 10
+        1: [5, 5, 5, 6],  # one batch, inside a range or on a bound
+        2: [11, 12, 40, 41, 42],  # a gap across two batches
+        3: [3],
+    }
+    spans = {}
+    for split, stamps in splits.items():
+        rows = [{"split": split, "store_timestamp": stamp, "source_line": line} for line, stamp in enumerate(stamps)]
+        write_narrow_file(storage, target.narrow_file(split), pa.Table.from_pylist(rows, schema=NARROW_SCHEMA))
+        spans[split] = open_narrow_file(storage, target.narrow_file(split))[1]
+    reads = partition_reads(spans, bounds)
+    edges = [None, *bounds, None]
+    for partition, (low, high) in enumerate(itertools.pairwise(edges)):
+        gathered = tasks_module._gather_range(
+            partition, bounds=bounds, narrow_files=[target.narrow_file(split) for split in splits], target=target
+        )
+        assert set(gathered.column("split").to_pylist()) <= reads.get(partition, frozenset()), (low, high)
+        assert reads.get(partition, frozenset()) == {
+            split
+            for split, found in spans.items()
+            if any((low is None or span.last >= low) and (high is None or span.first < high) for span in found)
+        }, (low, high)
+    assert set(reads) <= set(range(len(bounds) + 1))
+
+
+def test_a_partition_refuses_rows_of_a_split_the_driver_does_not_keep_for_it(parsed):
+    """A row of a split outside the partition's reads means its scratch file may already be deleted: the task
+    stops before it reads or writes anything."""
+    target, tasks, _ = parsed
+    storage = target.storage()
+    narrow = pa.concat_tables(read_narrow(storage, target.narrow_file(task.index)) for task in tasks).sort_by(
+        [(column, "ascending") for column in APPEND_ORDER]
+    )
+    start = PartitionStart(physical_offset=0, rr_counters={}, queue_offsets={})
+    options = dict(
+        partition=0,
+        start=start,
+        queue_counts=OPTIONS.queue_counts,
+        default_queue_count=None,
+        segment_size=2048,
+        files={task.index: task.path for task in tasks},
+        target=target,
+        row_group_bytes=4096,
+    )
+    with pytest.raises(RuntimeError, match=r"rows of splits \[1\], whose scratch files the driver did not count"):
+        list(write_partition(narrow.to_batches(), scratch_splits=frozenset({0}), **options))
+
+    def data_files() -> list[str]:
+        return [entry.path for entry in storage.list_files(target.commitlog_dir) if entry.path.startswith("segment=")]
+
+    assert not data_files()
+    written = list(write_partition(narrow.to_batches(), scratch_splits=frozenset({0, 1}), **options))
+    assert sum(batch.num_rows for batch in written) == len(data_files()) > 0
 
 
 def test_a_truncated_gzip_input_keeps_its_lines_and_rejects_where_it_breaks(tmp_path):

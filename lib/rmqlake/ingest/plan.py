@@ -6,6 +6,7 @@ file I/O.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -55,6 +56,23 @@ def append_order_bounds(spans: Iterable[NarrowSpan], partitions: int) -> list[in
     wanted = below[-1] * np.arange(1, partitions) / partitions
     bounds = np.ceil(np.interp(wanted, below, points)).astype(np.int64)
     return np.maximum.accumulate(bounds).tolist()
+
+
+def partition_reads(spans: Mapping[int, Iterable[NarrowSpan]], bounds: list[int]) -> dict[int, frozenset[int]]:
+    """Per partition of ``bounds`` (``append_order_bounds``), the splits whose narrow files have a batch reaching
+    into its store-time range: the splits whose scratch files its write task may read (every one it reads, as the
+    ordering step gathers a range's rows from exactly those batches; perhaps a few more).
+
+    ``spans``: each split's narrow-file batches (``NarrowSpan``). A partition no split reaches is left out.
+    """
+    reads: dict[int, set[int]] = defaultdict(set)
+    for split, found in spans.items():
+        for span in found:
+            # partition i holds bounds[i-1] <= store_timestamp < bounds[i]
+            first, last = bisect.bisect_right(bounds, span.first), bisect.bisect_right(bounds, span.last)
+            for partition in range(first, last + 1):
+                reads[partition].add(split)
+    return {partition: frozenset(splits) for partition, splits in sorted(reads.items())}
 
 
 # One count of a partition (``stats_of_partition``): the frame the ordering tasks return to the driver.

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ import pyarrow.parquet as pq
 
 from rmqlake.ingest.message import MESSAGE_FIELDS, MESSAGE_TYPES
 from rmqlake.lake.storage import Storage
+
+log = logging.getLogger(__name__)
 
 # The narrow row of a message: what ordering, counting and placing it needs.
 NARROW_SCHEMA = pa.schema(
@@ -281,6 +284,71 @@ def wait_for_writeback_requests() -> None:
     """Returns once every writeback request made so far has been handed to the kernel (not once the disk has the
     bytes: that is what ``fsync`` is for)."""
     _writeback_thread().submit(lambda: None).result()
+
+
+class ScratchReclaimer:
+    """Deletes a run's scratch files on a thread of its own, each once the partitions that read it have finished.
+
+    Deleting is mostly waiting for the disk: on a file system that discards the blocks it frees (ext4 mounted with
+    ``discard``), unlinking a written-back 50 MB scratch file took ~37 ms, and the 1.2 GB of a 1 M-message ingest
+    ~1.5 s, in which the driver did nothing else. Deleted while the write tasks run, that wait overlaps their work,
+    and the disk holds less scratch at a time. A file whose partitions do not all finish (the job failed) is left
+    for the run's own clean-up: the scratch folder's removal, or the run's abort.
+    """
+
+    def __init__(self, storage: Storage, *, poll_seconds: float = 0.1):
+        self._storage = storage
+        self._poll_seconds = poll_seconds
+        self._waiting: list[tuple[str, frozenset[int]]] = []  # (file, the partitions that must finish first)
+        self._finished: Callable[[], frozenset[int]] = frozenset
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self.deleted = 0
+        self._thread = threading.Thread(target=self._run, name="rmqlake-scratch-reclaimer", daemon=True)
+        self._thread.start()
+
+    def delete(self, relative: str, *, after: Iterable[int] = ()) -> None:
+        """Delete ``relative`` once every partition in ``after`` has finished (none: now)."""
+        with self._lock:
+            self._waiting.append((relative, frozenset(after)))
+
+    def follow(self, finished: Callable[[], frozenset[int]]) -> None:
+        """Learn the finished partitions from ``finished`` (called on the reclaimer's thread)."""
+        self._finished = finished
+
+    def close(self) -> None:
+        """Delete what may be deleted, then stop; what still waits is left to the run's clean-up."""
+        self._closing.set()
+        self._thread.join()
+
+    def __enter__(self) -> ScratchReclaimer:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        while True:
+            closing = self._closing.wait(self._poll_seconds)
+            self._delete_ready()
+            if closing:
+                return
+
+    def _delete_ready(self) -> None:
+        finished = self._finished()
+        with self._lock:
+            ready = [relative for relative, after in self._waiting if after <= finished]
+            self._waiting = [(relative, after) for relative, after in self._waiting if not after <= finished]
+        for relative in ready:
+            try:
+                self._storage.delete_file(relative)
+            except FileNotFoundError:
+                continue  # a split with nothing to keep has no file
+            except OSError as error:
+                log.warning("could not delete the scratch file %s now (%s); the run's clean-up removes it", relative,
+                            error)  # fmt: skip
+                continue
+            self.deleted += 1
 
 
 SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writeback of the range's dirty pages, do not wait for it

@@ -62,6 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.accumulators import AccumulatorParam
 
 from rmqlake.formats.segment import segment_file_name
 from rmqlake.ingest.deliveries import (
@@ -102,6 +103,7 @@ from rmqlake.ingest.plan import (
     StatsRow,
     append_order_bounds,
     commitlog_rows,
+    partition_reads,
     plan_append,
     ranks_within,
     stats_of_partition,
@@ -114,6 +116,7 @@ from rmqlake.ingest.scratch import (
     AtomicArrowFile,
     AtomicParquet,
     IngestTarget,
+    ScratchReclaimer,
     fetch_messages,
     open_narrow_file,
     read_ordered,
@@ -646,6 +649,7 @@ def write_partition(
     clock: int | None = None,
     bounds: list[int] | None = None,
     starts: Mapping[int, PartitionStart] | None = None,
+    scratch_splits: frozenset[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Place one partition's narrow rows, fetch their messages and write them as commitlog files.
 
@@ -655,6 +659,8 @@ def write_partition(
     level, the lowest queue offset of a record written here whose delivery
     is due after ``clock``. A commit of a half of this run gets the half's physical offset from the half's
     partition (``bounds`` say which; one before this one is replayed from its start in ``starts``).
+    ``scratch_splits``: the splits whose scratch files the driver keeps until this partition has finished; a
+    row of another split is an error (its file may be gone).
     """
     use_task_memory_pool()
     placer = PartitionPlacer(
@@ -669,6 +675,13 @@ def write_partition(
     if not placed:
         return
     placement = pa.Table.from_batches(placed, schema=PLACEMENT_SCHEMA)
+    if scratch_splits is not None:
+        unexpected = set(np.unique(placement.column("split").to_numpy()).tolist()) - scratch_splits
+        if unexpected:
+            raise RuntimeError(
+                f"partition {partition} holds rows of splits {sorted(unexpected)}, whose scratch files the driver did "
+                "not count among its reads"
+            )
     if clock is not None:
         yield from _pending_delays(pa.Table.from_batches(batches), placement, clock=clock)
     storage = target.storage()
@@ -1062,19 +1075,25 @@ def parse_splits(
     )
 
 
+@dataclass(frozen=True)
+class AppendOrder:
+    """What ordering a run's narrow rows leaves for planning and writing them."""
+
+    splits: tuple[int, ...]  # the splits ordered (their narrow files are not read again)
+    stats: list[StatsRow]  # the partitions' counts
+    bounds: list[int]  # the partitions' store-time ranges (``append_order_bounds``)
+    reads: dict[int, frozenset[int]]  # per partition, the splits whose scratch files its write task may read
+
+
 def order_partitions(
     spark, target: IngestTarget, splits: list[int], *, partitions: int, options: ParseOptions, clock: int
-) -> tuple[list, list[int]]:
+) -> AppendOrder:
     """Range bounds from the narrow files' footers (their batches' store-time spans), then ``order_partition``
-    per range.
-
-    Returns the partitions' counts (``StatsRow``s) and the bounds.
-    """
+    per range."""
     storage = target.storage()
     narrow_files = [target.narrow_file(split) for split in splits]
-    bounds = append_order_bounds(
-        (span for path in narrow_files for span in open_narrow_file(storage, path)[1]), partitions
-    )
+    spans = {split: open_narrow_file(storage, path)[1] for split, path in zip(splits, narrow_files, strict=True)}
+    bounds = append_order_bounds((span for found in spans.values() for span in found), partitions)
     queue_counts, default_count = options.queue_counts, options.default_queue_count
 
     def order(partition: int) -> list[StatsRow]:
@@ -1090,7 +1109,17 @@ def order_partitions(
         return stats_rows(counts)
 
     stats = spark.sparkContext.parallelize(range(partitions), partitions).flatMap(order).collect()
-    return stats, bounds
+    return AppendOrder(splits=tuple(splits), stats=stats, bounds=bounds, reads=partition_reads(spans, bounds))
+
+
+class _FinishedPartitions(AccumulatorParam):
+    """An accumulator of the partitions whose tasks have finished: the driver learns of each as it finishes."""
+
+    def zero(self, value: frozenset[int]) -> frozenset[int]:
+        return frozenset()
+
+    def addInPlace(self, value1: frozenset[int], value2: frozenset[int]) -> frozenset[int]:
+        return value1 | value2
 
 
 def place_and_write(
@@ -1103,15 +1132,20 @@ def place_and_write(
     files: Mapping[int, str],
     target,
     clock,
-    bounds: list[int],
+    order: AppendOrder,
 ):
     """Run ``write_partition`` on every partition, one task each.
+
+    Meanwhile the narrow files are deleted, and each split's scratch file as soon as every partition that may
+    read it (``order.reads``) has finished (``ScratchReclaimer``).
 
     Returns one ``WRITTEN`` row per file written, and the ``PENDING_DELAYS`` rows.
     """
     starts = plan.starts
     origin_counters = {partition: start.rr_counters for partition, start in starts.items()}
     queue_counts, default_count = options.queue_counts, options.default_queue_count
+    bounds, reads = order.bounds, order.reads
+    finished = spark.sparkContext.accumulator(frozenset(), _FinishedPartitions())
 
     def write(partition: int) -> list[dict]:
         batches = write_partition(
@@ -1128,11 +1162,24 @@ def place_and_write(
             clock=clock,
             bounds=bounds,
             starts=starts,
+            scratch_splits=reads.get(partition, frozenset()),
         )
-        return [(batch.schema.names == PENDING_DELAYS.arrow_schema.names, row) for batch in batches
+        rows = [(batch.schema.names == PENDING_DELAYS.arrow_schema.names, row) for batch in batches
                 for row in batch.to_pylist()]  # fmt: skip
+        finished.add(frozenset([partition]))
+        return rows
 
-    results = spark.sparkContext.parallelize(range(partitions), partitions).flatMap(write).collect()
+    readers: dict[int, set[int]] = {}
+    for partition, splits in reads.items():
+        for split in splits:
+            readers.setdefault(split, set()).add(partition)
+    with ScratchReclaimer(target.storage()) as reclaimer:
+        for split in order.splits:
+            reclaimer.delete(target.narrow_file(split))
+        for split, partitions_reading in sorted(readers.items()):
+            reclaimer.delete(target.scratch_file(split), after=partitions_reading)
+        reclaimer.follow(lambda: finished.value)
+        results = spark.sparkContext.parallelize(range(partitions), partitions).flatMap(write).collect()
     return [row for pending, row in results if not pending], [row for pending, row in results if pending]
 
 

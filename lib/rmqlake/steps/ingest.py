@@ -22,6 +22,7 @@ from rmqlake.ingest.lines import ParseOptions
 from rmqlake.ingest.plan import merge_segment_aggregates
 from rmqlake.ingest.scratch import IngestTarget
 from rmqlake.ingest.tasks import (
+    AppendOrder,
     earlier_deliveries,
     fingerprint_files,
     order_partitions,
@@ -318,10 +319,10 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
         shuffle_partitions=settings.spark.shuffle_partitions,
         cores=spark.sparkContext.defaultParallelism,
     )
-    stats, bounds = [], []  # a batch of rejected lines only places nothing
+    order = AppendOrder(splits=(), stats=[], bounds=[], reads={})  # a batch of rejected lines only places nothing
     if ordered_splits:
         with stages("sort into append order") as note:
-            stats, bounds = order_partitions(
+            order = order_partitions(
                 spark,
                 target,
                 ordered_splits,
@@ -334,7 +335,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
         plan = plan_partitions(
             spark,
             target,
-            stats,
+            order.stats,
             partitions=partitions,
             start_offset=start_offset,
             queue_heads=heads,
@@ -342,7 +343,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
             options=options,
         )
         note.update(partitions_replayed=plan.partitions_replayed)
-    this_run_pending = [row for row in stats if row.kind in ("pending", "pending_due")]
+    this_run_pending = [row for row in order.stats if row.kind in ("pending", "pending_due")]
     origins = sum(r["origins"] for r in per_file.values())
     deliveries = origins - sum(r.value for r in this_run_pending if r.kind == "pending") + earlier_delivered
     if plan.messages != messages + deliveries + commits + op_records:
@@ -371,7 +372,7 @@ def _ingest_batch(spark, settings: Settings, step: StepRun, prints, *, batch_id,
                 files=files,
                 target=target,
                 clock=clock,
-                bounds=bounds,
+                order=order,
             )
             commitlog_files = run.collect_staged("commitlog", mode="append")
             if sum(f.num_records for f in commitlog_files) != plan.messages:
