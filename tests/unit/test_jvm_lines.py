@@ -277,6 +277,30 @@ def test_every_two_byte_start_of_a_character_is_judged_as_python_judges_it(tmp_p
     assert sum(decodes) > 3000  # valid sequences of every length are among them
 
 
+def test_characters_at_every_position_of_a_word_are_judged_as_python_judges_them(tmp_path):
+    """A character, or a cut or forbidden sequence, after 0 to 17 ASCII bytes and before 0 to 9: where the ASCII
+    run read eight bytes at a time ends, where the body ends (a sequence the closing quote cuts), between two
+    characters. The JVM parser takes the line exactly when Python's strict codec decodes the body."""
+    sequences = [b"\xc3\xa9", b"\xe8\xae\xa2", b"\xf0\x9f\x98\x80", b"\xf4\x8f\xbf\xbf", b"\xed\x9f\xbf",
+                 b"\xc3", b"\xe8\xae", b"\xf0\x9f\x98", b"\x80", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
+                 b"\xe0\x9f\xbf", b"\xf0\x8f\xbf\xbf", b"\xc3\xa9\xe8\xae\xa2", b"\xe8\xae\xa2\xbf"]  # fmt: skip
+    bodies = [b"a" * before + sequence + b"z" * after for sequence in sequences for before in range(18)
+              for after in (0, 1, 7, 9)]  # fmt: skip
+    lines = [b'{"topic": "Orders", "bornTimestamp": 5, "body": "' + body + b'"}' for body in bodies]
+    got = jvm_parse(tmp_path, lines, options=OPTIONS)
+    wrong = []
+    for body, fields in zip(bodies, got, strict=True):
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            decodes = False
+        else:
+            decodes = True
+        if (fields is not None) != decodes or (decodes and base64.b64decode(fields["body"]) != body):
+            wrong.append(body)
+    assert not wrong, wrong[:10]
+
+
 def _pyspark_jars() -> str:
     import pyspark
 

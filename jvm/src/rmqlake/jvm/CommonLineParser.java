@@ -149,6 +149,10 @@ public final class CommonLineParser {
     private final Map<String, TopicInfo> topics = new HashMap<>();
     private final Map<String, Hosts.Host> hosts = new HashMap<>();
     private final Map<String, String> uniqPrefixes = new HashMap<>();
+    // the host (an object of the hosts cache) and file hash of the last prefix found, and the prefix
+    private Hosts.Host lastUniqHost;
+    private int lastUniqHash32;
+    private String lastUniqPrefix;
     private final Map<List<String>, List<String>> layouts = new HashMap<>();
     private final CRC32 crc = new CRC32();
 
@@ -315,11 +319,15 @@ public final class CommonLineParser {
             return null;
         }
         List<String[]> properties = new ArrayList<>(order.size());
-        StringBuilder serialised = new StringBuilder();
+        int chars = 0;
         for (String name : order) {
             String value = merged.get(name);
             properties.add(new String[] {name, value});
-            serialised.append(name).append('\u0001').append(value).append('\u0002');
+            chars += name.length() + value.length() + 2;
+        }
+        StringBuilder serialised = new StringBuilder(chars); // sized once: growing it was ~5 % of the parse
+        for (String[] pair : properties) {
+            serialised.append(pair[0]).append('\u0001').append(pair[1]).append('\u0002');
         }
         byte[] propertiesBytes = serialised.toString().getBytes(StandardCharsets.UTF_8);
         if (propertiesBytes.length > MAX_PROPERTIES_LENGTH) {
@@ -423,6 +431,9 @@ public final class CommonLineParser {
     /** {@code MessageClientIDSetter}'s layout: ip + pid + class-loader hash, then ms since the month start and
      * the counter, upper-case hex; {@code null} when the born time's month is not in the table. */
     private String generatedUniqKey(Hosts.Host bornHost, int fileHash32, long born, long counter) {
+        if (bornHost == lastUniqHost && fileHash32 == lastUniqHash32) { // the lines of a file mostly share a host
+            return uniqKey(lastUniqPrefix, born, counter);
+        }
         String key = bornHost.text + "|" + fileHash32;
         String prefix = uniqPrefixes.get(key);
         if (prefix == null) {
@@ -441,6 +452,13 @@ public final class CommonLineParser {
                 uniqPrefixes.put(key, prefix);
             }
         }
+        lastUniqHost = bornHost;
+        lastUniqHash32 = fileHash32;
+        lastUniqPrefix = prefix;
+        return uniqKey(prefix, born, counter);
+    }
+
+    private String uniqKey(String prefix, long born, long counter) {
         long monthStart = monthStart(born);
         if (monthStart == Long.MIN_VALUE) {
             return null;

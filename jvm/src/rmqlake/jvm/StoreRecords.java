@@ -238,7 +238,7 @@ public final class StoreRecords {
             HostTexts.Text born = bornHosts.of(b, bornAt, bornLength);
             HostTexts.Text store = storeHosts.of(b, storeAt, storeLength);
             if (born == null || store == null || !validTopic(b, topicAt, topicLength)
-                    || !Utf8.valid(b, propertiesAt, end)) {
+                    || Utf8.classify(b, propertiesAt, end) == Utf8.INVALID) {
                 return false;
             }
             writer.row(b, at, size, magic, bodyCrc, queueId, physicalOffset, sysFlag, born, store, bodyAt,
