@@ -282,7 +282,7 @@ class _Heartbeat:
         self.thread.join()
 
     def _beat(self) -> None:
-        seen: dict[tuple[int, int], tuple[StageProgress, float]] = {}
+        seen: dict[tuple[int, int], tuple[StageProgress | None, float | None]] = {}
         while not self._stopped.wait(self.interval):
             try:
                 seen = self._log_stages(seen)
@@ -299,7 +299,13 @@ class _Heartbeat:
         for stage in stages:
             if self._stopped.is_set():
                 break
-            previous, at = seen.get((stage.stage_id, stage.attempt), (None, stage.submitted))
+            key = (stage.stage_id, stage.attempt)
+            if not stage.description and key not in seen:
+                # The live status store can show a stage the listener is still marking submitted: ACTIVE, its job's
+                # description not set yet. Its line waits a beat; a stage of a job without one is logged then.
+                current[key] = (None, stage.submitted)
+                continue
+            previous, at = seen.get(key, (None, stage.submitted))
             log.info("%s", progress_line(stage, since=previous, seconds=now - at if at is not None else None))
-            current[(stage.stage_id, stage.attempt)] = (stage, now)
+            current[key] = (stage, now)
         return current

@@ -46,6 +46,26 @@ def test_a_stage_without_description_shows_its_call_site():
     )
 
 
+def test_a_stage_first_seen_without_description_waits_a_beat(monkeypatch, caplog):
+    """The live status store can list a stage as ACTIVE before the listener has set its job's description: its
+    first line waits a beat, then it is logged with or without one; a described stage is logged at once."""
+    import rmqlake.progress as progress
+
+    beats = iter([
+        [_stage(stage_id=3, description=""), _stage(stage_id=4)],
+        [_stage(stage_id=3), _stage(stage_id=4), _stage(stage_id=5, description="")],
+        [_stage(stage_id=5, description="")],
+    ])  # fmt: skip
+    monkeypatch.setattr(progress, "active_stages", lambda context: next(beats))
+    heartbeat = progress._Heartbeat(None, job="ingest", interval=1)
+    seen = {}
+    with caplog.at_level("INFO", logger="rmqlake.progress"):
+        for _ in range(3):
+            seen = heartbeat._log_stages(seen)
+    logged = [r.getMessage().split(":")[0] for r in caplog.records]
+    assert logged == ["stage 4 (ingest", "stage 3 (ingest", "stage 4 (ingest", "stage 5 (collect at parse.py"]
+
+
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "100000", "often"])
 def test_progress_seconds_is_validated(value):
     with pytest.raises(ConfigError, match=r"spark\.progress_seconds"):
