@@ -232,6 +232,37 @@ def test_a_piece_whose_decoded_file_is_gone_is_read_in_python(tmp_path):
     assert result["messages"] == 40 and result["decoded"] == 0
 
 
+def test_a_numbered_answer_is_written_by_its_task_with_the_run_the_jvm_decoded(decoder, tmp_path):
+    import pyarrow.parquet as pq
+
+    from rmqlake.store.imports import ImportTarget, import_decoded, import_piece, numbered_decode_line
+
+    data = _odd_records(START)
+    path = tmp_path / f"{START:020d}"
+    path.write_bytes(data + encode_blank(8))
+    target = ImportTarget(lake_root=str(tmp_path / "lake"), storage_options={}, commitlog_dir="cl",
+                          corrupt_dir="cl/_corrupt", batch_id="b", decoded_dir="cl/_decoded")  # fmt: skip
+    tasks = {7: {"piece": whole(path, START, last=False), "number": 7}}
+    line = numbered_decode_line(tasks[7], target)
+    number, _, task_line = line.partition("\t")
+    out = Path(task_line.split("\t")[-1])
+    assert number == "7" and out == Path(target.lake_root) / "cl" / "_decoded" / "piece-00007.arrow"
+    out.parent.mkdir(parents=True)
+    run = decoder.run(tasks[7]["piece"], out)
+    assert run == DecodedRun(len(data), 40, str(out))
+    result = import_decoded(f"7\t{run.position}\t{run.rows}", tasks=tasks, target=target)
+    assert result["number"] == 7 and result["decoded"] == 40 and result["messages"] == 40
+    assert "jvm_gave_up" not in result and not out.exists()  # the decoded file goes once the piece is written
+    decoded = pq.read_table(Path(target.lake_root) / result["message_file"])
+    python = import_piece(tasks[7]["piece"], number=8, target=target)
+    assert decoded.equals(pq.read_table(Path(target.lake_root) / python["message_file"]))
+
+    gave_up = import_decoded("7\tgave up\tjava.lang.IllegalStateException: too big", tasks=tasks, target=target)
+    assert gave_up["jvm_gave_up"] == "java.lang.IllegalStateException: too big"
+    assert gave_up["decoded"] == 0 and gave_up["messages"] == 40  # Python read the whole piece
+    assert pq.read_table(Path(target.lake_root) / gave_up["message_file"]).equals(decoded)
+
+
 @settings(FUZZ, max_examples=300)
 @given(case=mutated(), check_crc=st.booleans())
 def test_mutated_segments_read_as_the_reference_reads_them(decoder, tmp_path_factory, case, check_crc):

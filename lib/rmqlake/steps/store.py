@@ -39,6 +39,8 @@ from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
+from pyspark.rdd import RDD
+from pyspark.serializers import UTF8Deserializer
 from pyspark.sql import functions as F
 
 from rmqlake.config import Settings
@@ -74,10 +76,11 @@ from rmqlake.store import (
 from rmqlake.store.imports import (
     DECODE_JOB,
     ImportTarget,
-    decode_in_jvm,
+    import_decoded,
     import_files,
     import_task,
     jvm_can_decode,
+    numbered_decode_line,
 )
 from rmqlake.store.schedule import schedule_progress
 from rmqlake.timeutil import parse_timestamp, to_datetime
@@ -695,16 +698,35 @@ def _import(spark, settings: Settings, step: StepRun, root: Path, names, fingerp
 
 
 def _read_pieces(spark, tasks: list[dict], *, target: ImportTarget, jvm: bool) -> list[dict]:
-    """Import the pieces of ``tasks``: with ``jvm``, the JVM decoder's job reads their runs of clean records first,
-    then Python tasks write them.
+    """Import the pieces of ``tasks``: with ``jvm``, the JVM decoder reads each piece's run of clean records and
+    Python writes the piece, in the same Spark task (``_import_decoded_in_jvm``).
 
-    A submission of many pieces (the small files of a store) is cut into a few runs of pieces, a Spark task each,
-    in both jobs: a Spark task costs ~10-25 ms however little it does, which a 4 MiB file paid twice.
+    A submission of many pieces (the small files of a store) is cut into a few runs of pieces, a Spark task each:
+    a Spark task costs ~10-25 ms however little it does, which a 4 MiB file paid.
     """
-    slices = min(len(tasks), _writer_slices(spark))
-    if jvm:
-        tasks = decode_in_jvm(spark, tasks, target=target, slices=slices)
-    return _run_tasks(spark, partial(import_task, target=target), tasks)
+    if not jvm:
+        return _run_tasks(spark, partial(import_task, target=target), tasks)
+    results = _import_decoded_in_jvm(spark, tasks, target=target, slices=min(len(tasks), _writer_slices(spark)))
+    for result in results:
+        if result.get("jvm_gave_up"):
+            where = f"{result['path']} (piece {result['number']})"
+            log.warning("the JVM decoder left %s to Python: %s", where, result["jvm_gave_up"])
+    return results
+
+
+def _import_decoded_in_jvm(spark, tasks: list[dict], *, target: ImportTarget, slices: int) -> list[dict]:
+    """``import_decoded`` over ``tasks`` of ``import_files``: one job of ``slices`` Spark tasks, each decoding a
+    run of the pieces in the JVM (``StoreRecords.decoding``) and handing each piece's answer to Python, which
+    writes the piece.
+
+    One job, not a decoder job then a writer job: a piece is written as soon as its records are decoded, on the
+    core that decoded them while they are in its cache, and a retried task decodes its pieces again.
+    """
+    lines = "\n".join(numbered_decode_line(task, target) for task in tasks)
+    answers = RDD(spark._jvm.rmqlake.jvm.StoreRecords.decoding(spark._jsc, lines, slices), spark.sparkContext,
+                  UTF8Deserializer())  # fmt: skip
+    by_number = {task["number"]: task for task in tasks}
+    return answers.map(partial(import_decoded, tasks=by_number, target=target)).collect()
 
 
 def _staged_messages(spark, run):

@@ -11,7 +11,7 @@ import logging
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -612,40 +612,34 @@ def import_files(files: list[tuple[str, int, bool]], *, target: ImportTarget, pi
 
 
 def import_task(task: dict, *, target: ImportTarget) -> dict:
-    """``import_piece`` of one task of ``import_files`` (with ``decode_in_jvm``'s ``decoded`` run, if any)."""
-    return import_piece(task["piece"], number=task["number"], target=target, decoded=task.get("decoded"))
+    """``import_piece`` of one task of ``import_files``, read in Python."""
+    return import_piece(task["piece"], number=task["number"], target=target)
 
 
 DECODE_JOB = "rmqlake.jvm.StoreRecords"
 
 
-def decode_in_jvm(spark, tasks: list[dict], *, target: ImportTarget, slices: int) -> list[dict]:
-    """``tasks`` of ``import_files``, each with the run of clean records at its piece's start that the JVM decoder
-    read (``decoded``, a ``DecodedRun``): a Spark job of ``slices`` tasks (each decodes a run of the pieces), run
-    before the Python tasks that write the pieces.
+def numbered_decode_line(task: dict, target: ImportTarget) -> str:
+    """The JVM decoder's line for a task of ``import_files``: its number, then ``decode_task_line``'s fields."""
+    file = target.storage().file_path(target.decoded_file(task["number"]))
+    return f"{task['number']}\t{decode_task_line(task['piece'], file)}"
 
-    A piece the JVM code failed on (its answer says why) has none: the Python task reads all of it.
-    """
-    storage = target.storage()
-    files = [storage.file_path(target.decoded_file(task["number"])) for task in tasks]
-    lines = [decode_task_line(task["piece"], file) for task, file in zip(tasks, files, strict=True)]
-    answers = spark._jvm.rmqlake.jvm.StoreRecords.run(spark._jsc, "\n".join(lines), slices).split("\n")
-    decoded = []
-    for task, file, answer in zip(tasks, files, answers, strict=True):
-        run = decoded_run(answer, file=file)
-        if isinstance(run, str):
-            piece = task["piece"]
-            where = f"{piece.path} [{piece.start}, {'end' if piece.stop is None else piece.stop})"
-            log.warning("the JVM decoder left %s to Python: %s", where, run)
-            decoded.append(task)
-            continue
-        decoded.append({**task, "decoded": run})
-    return decoded
+
+def import_decoded(answer: str, *, tasks: Mapping[int, dict], target: ImportTarget) -> dict:
+    """``import_piece`` of the task a JVM decoder's answer line (its task number, then ``decoded_run``'s fields)
+    is for, with the run it decoded; with the JVM code's reason under ``jvm_gave_up`` when it gave the piece up."""
+    number, _, decoded = answer.partition("\t")
+    task = tasks[int(number)]
+    run = decoded_run(decoded, file=target.storage().file_path(target.decoded_file(task["number"])))
+    if isinstance(run, str):
+        return {**import_piece(task["piece"], number=task["number"], target=target), "jvm_gave_up": run}
+    return import_piece(task["piece"], number=task["number"], target=target, decoded=run)
 
 
 def decode_task_line(piece: FilePiece, file: str, *, check_crc: bool = True) -> str:
-    """The JVM decoder's task for ``piece`` (``StoreRecords.run``): its file, where the file's offsets start, the
-    piece's bytes (-1: to the file's end), whether body CRCs are checked, and the Arrow IPC file to write."""
+    """The JVM decoder's task for ``piece`` (``StoreRecords.decoding`` takes it after the task's number): its file,
+    where the file's offsets start, the piece's bytes (-1: to the file's end), whether body CRCs are checked, and
+    the Arrow IPC file to write."""
     stop = -1 if piece.stop is None else piece.stop
     fields = (piece.path, piece.start_offset, piece.start, stop, int(check_crc), file)
     return "\t".join(str(field) for field in fields)

@@ -21,6 +21,7 @@ import java.util.zip.CRC32;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 
 /**
@@ -76,15 +77,25 @@ public final class StoreRecords {
     private StoreRecords() {}
 
     /**
-     * Decodes the pieces of {@code tasks} (a line each: path, the file's first physical offset, the piece's first
-     * byte, its end (-1: the file end), 1 to check body CRCs, the Arrow IPC path to write; tab-separated, paths
-     * absolute and local) in {@code slices} Spark tasks, each of a run of consecutive pieces; returns a line per
-     * piece: the position where the run ended and the rows written, tab-separated; or "gave up" and the reason, for
-     * a piece this code failed on (its file is not written, and the Python reader reads the whole piece).
+     * The pieces of {@code tasks} decoded lazily, in {@code slices} Spark partitions of consecutive pieces: a line
+     * per piece in, its task number and a tab before the decode task (path, the file's first physical offset, the
+     * piece's first byte, its end (-1: the file end), 1 to check body CRCs, the Arrow IPC path to write;
+     * tab-separated, paths absolute and local); a line per piece out, its task number, then the position where the
+     * run ended and the rows written, tab-separated; or "gave up" and the reason, for a piece this code failed on
+     * (its file is not written, and the Python reader reads the whole piece). Python maps over the RDD, so a piece
+     * is written by the Spark task that decoded it, as soon as it is decoded.
      */
-    public static String run(JavaSparkContext context, String tasks, int slices) {
+    public static JavaRDD<String> decoding(JavaSparkContext context, String tasks, int slices) {
         List<String> lines = Arrays.asList(tasks.split("\n"));
-        return String.join("\n", context.parallelize(lines, slices).map(StoreRecords::decodeTask).collect());
+        return context.parallelize(lines, slices).map(StoreRecords::decodeNumbered);
+    }
+
+    static String decodeNumbered(String line) throws IOException {
+        int tab = line.indexOf('\t');
+        if (tab < 0) {
+            throw new IllegalArgumentException("a numbered decode task starts with its number and a tab");
+        }
+        return line.substring(0, tab) + "\t" + decodeTask(line.substring(tab + 1));
     }
 
     static String decodeTask(String taskLine) throws IOException {
