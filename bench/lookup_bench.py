@@ -56,10 +56,15 @@ print(json.dumps({"import_s": imported - started, "query_s": done - imported, "r
 """
 
 
+# What the writers' layout of the lake's files was when a kept lake was built: a lake built before a change of it
+# is built again (a lookup reads what the writers write now, not what they wrote then).
+LAKE_LAYOUT = "commitlog row groups of 4 MiB, pages of 256 rows with an offset index"
+
+
 def build_lookup_lake(messages: int, root: Path | None = None) -> Path:
     root = root or OUT / f"lookup-lake-{messages}"
     marker = root / "DONE.json"
-    if marker.exists():
+    if marker.exists() and json.loads(marker.read_text()).get("layout") == LAKE_LAYOUT:
         return root
     from rmqlake.config import load_settings
     from rmqlake.session import get_spark
@@ -75,7 +80,8 @@ def build_lookup_lake(messages: int, root: Path | None = None) -> Path:
         ingest(spark, settings, input_path=str(hour))
     reput(spark, settings)
     spark.stop()
-    marker.write_text(json.dumps({"messages": messages, "seconds": round(time.monotonic() - started)}))
+    marker.write_text(json.dumps({"messages": messages, "layout": LAKE_LAYOUT,
+                                  "seconds": round(time.monotonic() - started)}))  # fmt: skip
     return root
 
 
