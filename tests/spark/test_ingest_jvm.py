@@ -10,7 +10,9 @@ message joined to its narrow row.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import random
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rmqlake.generate import TopicPlan, generate
+from rmqlake.ingest import tasks as ingest_tasks
 from rmqlake.ingest.files import InputFile, resolve_inputs
 from rmqlake.ingest.scratch import (
     NARROW_BATCH_ROWS,
@@ -232,3 +235,23 @@ def test_a_split_with_a_line_too_long_for_the_jvm_is_parsed_in_python(spark, tmp
     assert by_j.jvm_accepted == len(lines)  # the other file's lines, in the JVM
     assert messages_of(jvm, by_j.with_messages).equals(messages_of(python, by_p.with_messages))
     assert not list((Path(jvm.lake_root) / jvm.scratch_dir / "undecided").glob(".*"))
+
+
+@pytest.mark.parametrize("in_threads", [None, True, False], ids=["by the master", "driver threads", "a Spark job"])
+def test_input_files_are_hashed_alike_by_every_route(spark, tmp_path, monkeypatch, caplog, in_threads):
+    """Big inputs are hashed in parallel: by threads of the driver under a local master (this session's), else by
+    a Spark job; the files one by one, each fingerprint the SHA-256 of its bytes, in the order of the paths."""
+    rng = random.Random(3)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for number in (7, 2, 11, 5, 3):
+        (folder / f"f{number:02d}.jsonl").write_bytes(rng.randbytes(rng.randrange(0, 300_000)))
+    files = resolve_inputs(str(folder))
+    expected = [hashlib.sha256(Path(f.path).read_bytes()).hexdigest() for f in sorted(files, key=lambda f: f.path)]
+    monkeypatch.setattr(ingest_tasks, "HASHED_IN_PARALLEL_FROM", 0)
+    with caplog.at_level("INFO", logger="rmqlake.ingest.tasks"):
+        prints = fingerprint_files(spark, files[::-1], progress_seconds=1e-9, in_threads=in_threads)
+    assert [p.sha256 for p in prints] == expected
+    assert [(p.path, p.size) for p in prints] == sorted((f.path, f.size) for f in files)
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("hash input files")]
+    assert bool(progress) == (in_threads is not False)  # a line per file but the last one, from the threads

@@ -156,7 +156,8 @@ def ingest(
     total = sum(f.size for f in files)
     log.info("found %d input files (%.1f MB) at %s", len(files), total / 1e6, input_path)
     with spark_progress("ingest", interval=settings.spark.progress_seconds), spark_description("hash input files"):
-        prints = fingerprint_files(spark, files)  # reads every input byte: before run_step, with its own progress
+        # reads every input byte: before run_step, with its own progress
+        prints = fingerprint_files(spark, files, progress_seconds=settings.spark.progress_seconds)
 
     def work(step: StepRun) -> dict:
         return _ingest_batch(spark, settings, step, prints, batch_id=batch_id, clock_ms=clock_ms)
