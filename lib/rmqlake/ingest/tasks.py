@@ -842,7 +842,9 @@ def fingerprint_files(
     if len(files) == 1 or sum(f.size for f in files) < HASHED_IN_PARALLEL_FROM:
         return [fingerprint(f) for f in files]
     context = spark.sparkContext
-    if in_threads if in_threads is not None else context.master.startswith("local"):
+    if in_threads is None:
+        in_threads = context.master.startswith("local")
+    if in_threads:
         # A Spark job of Python tasks cost 0.8-1.2 s to hash 1.2 GB in 24 files on 2 cores here, two threads 0.64 s.
         return _fingerprint_in_threads(files, threads=context.defaultParallelism, progress_seconds=progress_seconds)
     # Hash in parallel, one small result per file; a few files per task, as a Python task costs ~50 ms however
