@@ -14,6 +14,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out"
 sys.path.insert(0, str(REPO / "lib"))
+# What the writers' layout of a lake's files is: a lake a benchmark keeps under bench/out and built with another
+# layout is built again (a benchmark reads what the writers write now, not what they wrote then).
+LAKE_LAYOUT = "commitlog: row groups of 4 MiB, pages of 256 rows with an offset index, integers as deltas"
 # the bench topic plan: (name, queues, COMPACTION), as conf/topics.yaml declares them
 TOPIC_PLAN = (("OrderEvents", 8, False), ("UserProfile", 4, True), ("Clickstream", 4, False))
 

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import OUT, REPO, report, timed
+from common import LAKE_LAYOUT, OUT, REPO, report, timed
 
 KAFKA_CLEANER_MB_PER_THREAD = 16.5
 BODY = 4000
@@ -66,7 +66,7 @@ def prepared_lake(spark, *, gib: float, keys_ratio: float) -> tuple[Path, Path]:
     from rmqlake.steps.reput import reput
 
     messages = int(gib * 2**30 / (BODY + 200))
-    wanted = {"gib": gib, "keys_ratio": keys_ratio, "messages": messages}
+    wanted = {"gib": gib, "keys_ratio": keys_ratio, "messages": messages, "layout": LAKE_LAYOUT}
     root = OUT / f"compact-{gib}"
     marker = root / "PARAMS.json"
     lake, increment = root / "lake", root / "increment"

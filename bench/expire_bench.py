@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import OUT, REPO, report, timed
+from common import LAKE_LAYOUT, OUT, REPO, report, timed
 
 SEGMENT = 4 * 1024 * 1024
 BODY = 1000
@@ -37,7 +37,7 @@ def lake_with_segments(spark, segments: int) -> Path:
 
     root = OUT / f"expire-{segments}"
     marker = root / "DONE.json"
-    wanted = {"segments": segments, "sizes": _sizes()}
+    wanted = {"segments": segments, "sizes": _sizes(), "layout": LAKE_LAYOUT}
     if marker.exists() and json.loads(marker.read_text()) == wanted:
         return root / "lake"
     shutil.rmtree(root, ignore_errors=True)

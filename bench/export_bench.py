@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import OUT, REPO, dataset, report, timed
+from common import LAKE_LAYOUT, OUT, REPO, dataset, report, timed
 from expire_bench import _sizes, lake_with_segments
 
 CHUNK = 1024 * 1024
@@ -50,7 +50,7 @@ def lake_of_messages(spark, messages: int) -> Path:
 
     root = OUT / f"export-lake-{messages}"
     marker = root / "DONE.json"
-    if marker.exists():
+    if marker.exists() and json.loads(marker.read_text()).get("layout") == LAKE_LAYOUT:
         return root / "lake"
     shutil.rmtree(root, ignore_errors=True)
     landing = dataset(f"ingest-{messages}", messages=messages, body_size=1024)
@@ -58,7 +58,8 @@ def lake_of_messages(spark, messages: int) -> Path:
     started = time.monotonic()
     ingest(spark, settings, input_path=str(landing))
     reput(spark, settings)
-    marker.write_text(json.dumps({"messages": messages, "seconds": round(time.monotonic() - started)}))
+    marker.write_text(json.dumps({"messages": messages, "layout": LAKE_LAYOUT,
+                                  "seconds": round(time.monotonic() - started)}))  # fmt: skip
     return root / "lake"
 
 

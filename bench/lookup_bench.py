@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import OUT, REPO, dataset, report
+from common import LAKE_LAYOUT, OUT, REPO, dataset, report
 
 COLD_SCRIPT = """
 import sys, time, json
@@ -54,11 +54,6 @@ result = Q.query_key(lake, topic=sys.argv[3], key=sys.argv[4], slots=store.index
 done = time.perf_counter()
 print(json.dumps({"import_s": imported - started, "query_s": done - imported, "rows": len(result["rows"])}))
 """
-
-
-# What the writers' layout of the lake's files was when a kept lake was built: a lake built before a change of it
-# is built again (a lookup reads what the writers write now, not what they wrote then).
-LAKE_LAYOUT = "commitlog row groups of 4 MiB, pages of 256 rows with an offset index"
 
 
 def build_lookup_lake(messages: int, root: Path | None = None) -> Path:

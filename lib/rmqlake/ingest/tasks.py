@@ -139,7 +139,7 @@ from rmqlake.ingest.transactions import (
 )
 from rmqlake.lake import pages
 from rmqlake.lake.storage import Storage, is_local
-from rmqlake.lake.tables import REJECTED, columns
+from rmqlake.lake.tables import COMMITLOG, REJECTED, columns
 
 log = logging.getLogger(__name__)
 
@@ -630,10 +630,24 @@ WRITTEN = columns(
 )
 
 
+# Integer and timestamp columns stored as deltas (DELTA_BINARY_PACKED, then snappy): offsets, queue offsets and
+# times grow by small steps, flags and magic codes hardly change. Measured on a commitlog file: as large to write,
+# ~5 % smaller with 1 KiB bodies (~13 % with 100-byte ones), 3-10 % quicker to read. Not the body CRC: its bits are
+# random, and its deltas are no smaller than its values.
+_DELTA_COLUMNS = [
+    field.name
+    for field in COMMITLOG.arrow_schema
+    if (pa.types.is_integer(field.type) or pa.types.is_timestamp(field.type))
+    and field.name not in ("body_crc", *COMMITLOG.partition_by)
+]
 # The commitlog's Parquet options: pages of the same rows in every column, an offset index and no dictionary
 # pages, so a key lookup reads single pages (``lake.pages``). Dictionaries on the few-valued columns (topics,
 # hosts, flags) saved little once snappy had compressed their plain pages, and a page read cannot use them.
-COMMITLOG_WRITE_OPTIONS = {"compression": "snappy", **pages.WRITE_OPTIONS}
+COMMITLOG_WRITE_OPTIONS = {
+    "compression": "snappy",
+    "column_encoding": dict.fromkeys(_DELTA_COLUMNS, "DELTA_BINARY_PACKED"),
+    **pages.WRITE_OPTIONS,
+}
 
 
 def write_partition(
