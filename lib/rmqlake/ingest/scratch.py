@@ -147,7 +147,7 @@ class IngestTarget:
         return f"{self.scratch_dir}/halves/split-{split:06d}.parquet"
 
     def ordered_file(self, partition: int) -> str:
-        return f"{self.scratch_dir}/ordered/part-{partition:06d}.parquet"
+        return f"{self.scratch_dir}/ordered/part-{partition:06d}.arrow"
 
 
 _WRITE_BUFFER = 1 << 20  # bytes a data or scratch file's stream gathers before it writes them
@@ -408,13 +408,26 @@ def open_narrow_file(storage: Storage, relative: str) -> tuple[pa.ipc.RecordBatc
     return reader, spans
 
 
+ORDERED_BATCH_ROWS = 1 << 20
+
+
+def write_ordered(target: IngestTarget, partition: int, rows: pa.Table) -> None:
+    """A partition's narrow rows in append order (``NARROW_SCHEMA``), kept for the placement and write steps: an
+    Arrow IPC file, as Python alone reads it (written as uncompressed Parquet, it took ~0.3 s of CPU more to write
+    and read back for a 1 M-message batch)."""
+    file = AtomicArrowFile(target.storage(), target.ordered_file(partition))
+    file.write(rows, max_rows=ORDERED_BATCH_ROWS)
+    file.close()
+
+
 def read_ordered(target: IngestTarget, partition: int) -> list[pa.RecordBatch]:
     """A partition's narrow rows in append order, as ``order_partition`` saved them (none if it was empty)."""
     storage = target.storage()
     path = target.ordered_file(partition)
     if not storage.exists(path):
         return []
-    return pq.read_table(storage.file_path(path), filesystem=storage.fs).to_batches()
+    reader = pa.ipc.open_file(storage.open_mapped(path))
+    return [reader.get_batch(index) for index in range(reader.num_record_batches)]
 
 
 def fetch_messages(placement: pa.Table, open_scratch: Callable[[int], pa.ipc.RecordBatchFileReader]) -> pa.Table:

@@ -123,6 +123,7 @@ from rmqlake.ingest.scratch import (
     open_narrow_file,
     read_ordered,
     write_narrow_file,
+    write_ordered,
 )
 from rmqlake.ingest.transactions import (
     DECIDED_END_COLUMNS,
@@ -493,12 +494,7 @@ def order_partition(
     ordered = _resolve_origin_turns(
         ordered, partition=partition, bounds=bounds, narrow_files=narrow_files, target=target
     )
-    storage = target.storage()
-    saved = AtomicParquet(
-        storage, target.ordered_file(partition), row_group_size=1 << 20, compression="none", write_statistics=False
-    )
-    saved.write(ordered)
-    saved.close()
+    write_ordered(target, partition, ordered)
     counts = stats_of_partition(
         partition, ordered.to_batches(), queue_counts=queue_counts, default_queue_count=default_queue_count
     )
