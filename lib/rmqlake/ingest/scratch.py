@@ -413,8 +413,8 @@ ORDERED_BATCH_ROWS = 1 << 20
 
 def write_ordered(target: IngestTarget, partition: int, rows: pa.Table) -> None:
     """A partition's narrow rows in append order (``NARROW_SCHEMA``), kept for the placement and write steps: an
-    Arrow IPC file, as Python alone reads it (written as uncompressed Parquet, it took ~0.3 s of CPU more to write
-    and read back for a 1 M-message batch)."""
+    Arrow IPC file, as Python alone reads it: written and read back as uncompressed Parquet, a million rows took
+    ~0.13 s of CPU more."""
     file = AtomicArrowFile(target.storage(), target.ordered_file(partition))
     file.write(rows, max_rows=ORDERED_BATCH_ROWS)
     file.close()
