@@ -1,16 +1,19 @@
-"""Taking the write task's rows from the scratch batches: the polars gather of binary columns gives exactly what
-Arrow's take (the reference) gives."""
+"""Taking the write task's rows from the scratch batches: the binary columns gathered as views give exactly what
+Arrow's take (the reference) gives, and the same Parquet bytes."""
 
 from __future__ import annotations
 
+import io
 import threading
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from rmqlake.ingest.message import MESSAGE_TYPES
-from rmqlake.ingest.scratch import take_rows
+from rmqlake.ingest.scratch import as_views, binary_views, take_rows, value_bytes
+from rmqlake.ingest.tasks import COMMITLOG_WRITE_OPTIONS
 
 SCHEMA = pa.schema(
     [
@@ -82,16 +85,29 @@ def test_take_rows_gives_what_arrow_take_gives(pick):
     indices = pick(table.num_rows).astype(np.int64)
     expected = table.take(pa.array(indices, pa.int64()))
     got = take_rows(table, indices)
-    assert got.schema == expected.schema
-    assert got.equals(expected)
+    if len(indices):
+        assert [got.schema.field(name).type for name in ("body", "properties_bytes")] == [pa.binary_view()] * 2
+    for field in got.schema:
+        got.column(field.name).validate(full=True)
+    assert got.cast(expected.schema).equals(expected)
     for name in ("body", "properties_bytes"):
         assert got.column(name).to_pylist() == expected.column(name).to_pylist()
+    assert value_bytes(got) == value_bytes(expected)
+    assert _parquet(got) == _parquet(expected)
+
+
+def _parquet(table: pa.Table) -> bytes:
+    """``table`` as the commitlog's writer writes it (row groups of 500 rows), in memory."""
+    options = {name: value for name, value in COMMITLOG_WRITE_OPTIONS.items() if name != "column_encoding"}
+    out = io.BytesIO()
+    pq.write_table(table, out, row_group_size=500, **options)
+    return out.getvalue()
 
 
 def test_take_rows_of_one_batch_and_of_none():
     single = pa.Table.from_batches([_batch(0, 50, seed=9)], schema=SCHEMA)
     indices = np.array([3, 3, 49, 0], np.int64)
-    assert take_rows(single, indices).equals(single.take(pa.array(indices)))
+    assert take_rows(single, indices).cast(SCHEMA).equals(single.take(pa.array(indices)))
     empty = pa.Table.from_batches([], schema=SCHEMA)
     assert take_rows(empty, np.zeros(0, np.int64)).equals(empty.take(pa.array([], pa.int64())))
 
@@ -269,3 +285,20 @@ def test_the_reclaimers_thread_deletes_while_the_caller_waits_and_closing_delete
         finished.add(1)  # finishes as the reclaimer closes: still deleted
     assert _left(tmp_path) == ["c"]
     assert not reclaimer._thread.is_alive()
+
+
+def test_views_into_a_buffer_are_its_bytes_at_those_places():
+    rng = np.random.default_rng(11)
+    data = pa.py_buffer(bytes(rng.integers(0, 256, 5000, dtype=np.uint8)))
+    lengths = rng.integers(0, 40, 300)
+    lengths[:4] = [0, 12, 13, 4]
+    starts = rng.integers(0, data.size - lengths)
+    starts[-1], lengths[-1] = data.size - 3, 3  # a short value ending with the buffer
+    starts[-2], lengths[-2] = data.size - 20, 20  # a long one
+    got = binary_views(data, starts, lengths)
+    got.validate(full=True)
+    raw = data.to_pybytes()
+    assert got.to_pylist() == [raw[a : a + n] for a, n in zip(starts.tolist(), lengths.tolist())]
+    assert got.cast(pa.binary()).equals(pa.array(got.to_pylist(), pa.binary()))
+    assert binary_views(pa.py_buffer(b""), np.zeros(2, np.int64), np.zeros(2, np.int32)).to_pylist() == [b"", b""]
+    assert as_views(pa.table({"b": pa.array([b"x" * 20, None])})).column("b").to_pylist() == [b"x" * 20, None]

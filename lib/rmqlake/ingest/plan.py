@@ -505,7 +505,7 @@ def commitlog_rows(messages: pa.Table, placement: pa.Table, *, segment_size: int
         computed.update(_with_real_qids(messages, placement.column("real_queue")))
     stored = COMMITLOG_FILE.stored
     columns = [computed[name] if name in computed else messages.column(name) for name in stored.names]
-    table = COMMITLOG_FILE.complete(pa.Table.from_arrays(columns, schema=stored.arrow_schema))
+    table = COMMITLOG_FILE.complete(pa.Table.from_arrays(columns, schema=stored.viewed_arrow_schema(columns)))
     return starts, table
 
 

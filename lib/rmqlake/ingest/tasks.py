@@ -122,6 +122,7 @@ from rmqlake.ingest.scratch import (
     fetch_messages,
     open_narrow_file,
     read_ordered,
+    value_bytes,
     write_narrow_file,
     write_ordered,
 )
@@ -639,9 +640,12 @@ _DELTA_COLUMNS = [
 # The commitlog's Parquet options: pages of the same rows in every column, an offset index and no dictionary
 # pages, so a key lookup reads single pages (``lake.pages``). Dictionaries on the few-valued columns (topics,
 # hosts, flags) saved little once snappy had compressed their plain pages, and a page read cannot use them.
+# No Arrow schema in the footer: the write task's bodies are ``binary_view`` (gathered without a copy), which the
+# footer would name; without it every reader, pyarrow too, reads the Parquet types back as the table's schema.
 COMMITLOG_WRITE_OPTIONS = {
     "compression": "snappy",
     "column_encoding": dict.fromkeys(_DELTA_COLUMNS, "DELTA_BINARY_PACKED"),
+    "store_schema": False,
     **pages.WRITE_OPTIONS,
 }
 
@@ -728,7 +732,7 @@ def write_partition(
         )
     del messages
     starts = segment_starts
-    rows_per_group = max(1, int(row_group_bytes * table.num_rows / max(table.nbytes, 1)))
+    rows_per_group = max(1, int(row_group_bytes * table.num_rows / max(value_bytes(table), 1)))
     cuts = [0, *(np.flatnonzero(np.diff(starts)) + 1).tolist(), table.num_rows]
     offsets = table.column("physical_offset").to_numpy()
     sizes = table.column("total_size").to_numpy()

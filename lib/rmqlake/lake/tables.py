@@ -13,7 +13,7 @@ TIMESTAMP ``store_time`` beside the epoch-millisecond ``store_timestamp`` the br
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
@@ -121,7 +121,18 @@ class Schema:
             derive_timestamp(data.column(column.derived_from)) if column.derived_from else data.column(column.name)
             for column in self.columns
         ]
-        return pa.Table.from_arrays(arrays, schema=self.arrow_schema)
+        return pa.Table.from_arrays(arrays, schema=self.viewed_arrow_schema(arrays))
+
+    def viewed_arrow_schema(self, arrays: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Schema:
+        """``arrow_schema``, with each binary column that ``arrays`` (one per column) hold as ``binary_view`` typed
+        so: values gathered as views into other buffers, not copied. Parquet stores both types alike; written
+        without the Arrow schema in the file's metadata, the file is the same bytes either way."""
+        return pa.schema(
+            [
+                field.with_type(array.type) if field.type == pa.binary() and array.type == pa.binary_view() else field
+                for field, array in zip(self.arrow_schema, arrays, strict=True)
+            ]
+        )
 
     def column(self, name: str) -> Column:
         for column in self.columns:
