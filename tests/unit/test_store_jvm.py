@@ -256,6 +256,10 @@ def test_a_numbered_answer_is_written_by_its_task_with_the_run_the_jvm_decoded(d
     decoded = pq.read_table(Path(target.lake_root) / result["message_file"])
     python = import_piece(tasks[7]["piece"], number=8, target=target)
     assert decoded.equals(pq.read_table(Path(target.lake_root) / python["message_file"]))
+    # the JVM's bodies, pointing into the store file, and Python's, copied out of it, make the same file
+    written = [(Path(target.lake_root) / r["message_file"]).read_bytes() for r in (result, python)]
+    assert written[0] == written[1]
+    assert decoded.schema.field("body").type == pa.binary()  # as every reader reads it back
 
     gave_up = import_decoded("7\tgave up\tjava.lang.IllegalStateException: too big", tasks=tasks, target=target)
     assert gave_up["jvm_gave_up"] == "java.lang.IllegalStateException: too big"

@@ -33,7 +33,7 @@ from rmqlake.formats.record import (
 )
 from rmqlake.ingest.jvm import passable
 from rmqlake.ingest.plan import COMMITLOG_FILE
-from rmqlake.ingest.scratch import AtomicParquet
+from rmqlake.ingest.scratch import AtomicParquet, as_views, binary_views, value_bytes
 from rmqlake.ingest.tasks import COMMITLOG_ROW_GROUP_BYTES, COMMITLOG_WRITE_OPTIONS, use_task_memory_pool
 from rmqlake.lake.storage import Storage, is_local
 from rmqlake.lake.tables import COMMITLOG, TableSpec, columns
@@ -53,9 +53,13 @@ IMPORTED = TableSpec(
 )
 IMPORTED_SCHEMA = IMPORTED.arrow_schema
 # The rows rmqlake's JVM decoder (``rmqlake.jvm.StoreRecords``) writes of a run of clean records: the imported
-# columns but those alike for every row of a piece, which ``read_segment_file`` adds (the tests compare the two).
+# columns but those alike for every row of a piece, which ``read_segment_file`` adds (the tests compare the two),
+# with the body's place in the store file instead of its bytes (``read_segment_file`` points at them there).
 PIECE_COLUMNS = ("segment", "batch_id", "source_file", "source_line", "blank_end", "corrupt_reason")
-DECODED = IMPORTED.schema.without(*PIECE_COLUMNS)
+DECODED = IMPORTED.schema.without(*PIECE_COLUMNS, "body") + columns(
+    ("body_at", "bigint", "where the record's body starts in the store file"),
+    ("body_length", "int", "the body's bytes"),
+)
 
 
 def read_segment_file(
@@ -175,14 +179,17 @@ class DecodedRun:
     file: str | None = None
 
     def batches(self, *, name: str, path: str, first_ordinal: int) -> Iterator[pa.RecordBatch]:
-        """Its rows in ``IMPORTED_SCHEMA``, numbered from ``first_ordinal``.
+        """Its rows in ``IMPORTED_SCHEMA``, numbered from ``first_ordinal``; the bodies as ``binary_view`` values
+        pointing into the store file ``path``, mapped (``binary_views``), not copied.
 
         Raises:
-            ValueError: the file holds other columns or another number of rows than the JVM said.
+            ValueError: the file holds other columns or another number of rows than the JVM said, or a body
+                outside the store file.
         """
         reader = pa.ipc.open_file(pa.memory_map(self.file))
         if not reader.schema.equals(_DECODED_SCHEMA):
             raise ValueError(f"{self.file}: the JVM decoder wrote columns {reader.schema}, not {_DECODED_SCHEMA}")
+        store = pa.memory_map(path).read_buffer()
         segment, source = pa.scalar(name, pa.string()), pa.scalar(path, pa.string())
         given = 0
         for number in range(reader.num_record_batches):
@@ -195,16 +202,33 @@ class DecodedRun:
                 "source_line": pa.array(np.arange(first_ordinal + given, first_ordinal + given + count)),
                 "blank_end": pa.repeat(pa.scalar(False), count),
                 "corrupt_reason": pa.nulls(count, pa.string()),
+                "body": _bodies(store, batch, path=path),
             }
             arrays = [piece[field.name] if field.name in piece else batch.column(field.name) for field in
                       IMPORTED_SCHEMA]  # fmt: skip
             given += count
-            yield pa.RecordBatch.from_arrays(arrays, schema=IMPORTED_SCHEMA)
+            yield pa.RecordBatch.from_arrays(arrays, schema=IMPORTED.schema.viewed_arrow_schema(arrays))
         if given != self.rows:
             raise ValueError(f"{self.file}: {given} rows, but the JVM decoder said {self.rows}")
 
 
 _DECODED_SCHEMA = DECODED.arrow_schema
+
+
+def _bodies(store: pa.Buffer, batch: pa.RecordBatch, *, path: str) -> pa.Array:
+    """The bodies of a decoded batch, pointing into the mapped store file: one buffer from the batch's first body
+    to its last (consecutive records), or the bodies copied where that span is 2 GiB or more."""
+    starts = batch.column("body_at").to_numpy()
+    lengths = batch.column("body_length").to_numpy()
+    if not len(starts):
+        return pa.array([], pa.binary())
+    ends = starts + lengths
+    low, high = int(starts.min()), int(ends.max())
+    if low < 0 or high > store.size or (lengths < 0).any():
+        raise ValueError(f"{path}: the JVM decoder placed bodies at bytes {low}..{high} of a {store.size}-byte file")
+    if high - low >= 1 << 31:
+        return pa.array([store.slice(int(at), int(n)).to_pybytes() for at, n in zip(starts, lengths)], pa.binary())
+    return binary_views(store.slice(low, high - low), starts - low, lengths)
 
 
 @dataclass
@@ -425,6 +449,7 @@ def import_piece(
             **COMMITLOG_WRITE_OPTIONS,
         ),
         row_group_bytes=COMMITLOG_ROW_GROUP_BYTES,
+        views=True,
     )
     corrupt = _BufferedParquet(
         AtomicParquet(storage, f"{target.corrupt_dir}/{name}", row_group_size=1, compression="snappy"),
@@ -445,7 +470,7 @@ def import_piece(
             if len(batch_ids) != kept.num_rows:
                 batch_ids = pa.repeat(pa.scalar(target.batch_id, pa.string()), kept.num_rows)
             arrays = [batch_ids if n == "batch_id" else kept.column(n) for n in stored.names]
-            table = COMMITLOG_FILE.complete(pa.Table.from_arrays(arrays, schema=stored.arrow_schema))
+            table = COMMITLOG_FILE.complete(pa.Table.from_arrays(arrays, schema=stored.viewed_arrow_schema(arrays)))
             messages.write(table)
             queues.add(table)
         if kept.num_rows < batch.num_rows:
@@ -532,8 +557,8 @@ class _BufferedParquet:
     """Tables gathered and written a few tens of MB at a time, in row groups of about ``row_group_bytes``: the
     record walk hands over runs of thousands of rows and single rows alike."""
 
-    def __init__(self, file: AtomicParquet, *, row_group_bytes: int):
-        self.file, self.row_group_bytes = file, row_group_bytes
+    def __init__(self, file: AtomicParquet, *, row_group_bytes: int, views: bool = False):
+        self.file, self.row_group_bytes, self.views = file, row_group_bytes, views
         self.pending: list[pa.Table] = []
         self.pending_bytes = 0
         self.rows = 0
@@ -541,8 +566,10 @@ class _BufferedParquet:
     def write(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
+        if self.views:  # one type, whether the rows come from the JVM's run or from the Python reader
+            table = as_views(table)
         self.pending.append(table)
-        self.pending_bytes += table.nbytes
+        self.pending_bytes += value_bytes(table)
         self.rows += table.num_rows
         if self.pending_bytes >= _FLUSH_BYTES:
             self.flush()
@@ -552,7 +579,7 @@ class _BufferedParquet:
             return
         table = pa.concat_tables(self.pending) if len(self.pending) > 1 else self.pending[0]
         self.pending, self.pending_bytes = [], 0
-        self.file.row_group_size = max(1, int(self.row_group_bytes * table.num_rows / max(table.nbytes, 1)))
+        self.file.row_group_size = max(1, int(self.row_group_bytes * table.num_rows / max(value_bytes(table), 1)))
         self.file.write(table)
 
     def close(self) -> int:

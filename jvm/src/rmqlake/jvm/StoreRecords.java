@@ -41,7 +41,9 @@ import org.apache.spark.api.java.JavaSparkContext;
  *
  * <p>The rows are those of {@code IMPORTED} without the columns the same for every row of a piece (segment, batch
  * id, source file and line, the blank and corrupt flags), which the Python reader adds; properties are parsed as
- * {@code formats.properties.parse_properties} does (a repeated name keeps its first place and its last value).
+ * {@code formats.properties.parse_properties} does (a repeated name keeps its first place and its last value). The
+ * body is not copied: a row holds where it is in the file and its length, and the Python reader points at those
+ * bytes of the file it maps (the bodies are most of a store's bytes).
  */
 public final class StoreRecords {
     static final int BATCH_ROWS = 4096;
@@ -252,7 +254,7 @@ public final class StoreRecords {
                     || Utf8.classify(b, propertiesAt, end) == Utf8.INVALID) {
                 return false;
             }
-            writer.row(b, at, size, magic, bodyCrc, queueId, physicalOffset, sysFlag, born, store, bodyAt,
+            writer.row(b, at, size, magic, bodyCrc, queueId, physicalOffset, sysFlag, born, store, position + bodyAt,
                     bodyLength, topicAt, topicLength, propertiesAt, propertiesLength);
             rows++;
             return true;
@@ -351,9 +353,10 @@ public final class StoreRecords {
                 SplitScratch.int64("born_timestamp"), SplitScratch.utf8("born_host"),
                 SplitScratch.int64("store_timestamp"), SplitScratch.utf8("store_host"),
                 SplitScratch.int32("reconsume_times"), SplitScratch.int64("prepared_transaction_offset"),
-                SplitScratch.binary("body"), SplitScratch.utf8("topic"), SplitScratch.propertiesMap("properties"),
+                SplitScratch.utf8("topic"), SplitScratch.propertiesMap("properties"),
                 SplitScratch.utf8List("keys"), SplitScratch.utf8("tags"), SplitScratch.utf8("uniq_key"),
-                SplitScratch.utf8("msg_id"), SplitScratch.binary("properties_bytes")));
+                SplitScratch.utf8("msg_id"), SplitScratch.binary("properties_bytes"), SplitScratch.int64("body_at"),
+                SplitScratch.int32("body_length")));
     }
 
     private static final byte[] KEYS = {'K', 'E', 'Y', 'S'};
@@ -377,7 +380,8 @@ public final class StoreRecords {
         private final ColumnBatches.Bytes storeHost = new ColumnBatches.Bytes();
         private final ColumnBatches.Int32 reconsumeTimes = new ColumnBatches.Int32();
         private final ColumnBatches.Int64 preparedTransactionOffset = new ColumnBatches.Int64();
-        private final ColumnBatches.Bytes body = new ColumnBatches.Bytes(BATCH_ROWS * 1024);
+        private final ColumnBatches.Int64 bodyAt = new ColumnBatches.Int64();
+        private final ColumnBatches.Int32 bodyLength = new ColumnBatches.Int32();
         private final ColumnBatches.Bytes topicText = new ColumnBatches.Bytes();
         private final ColumnBatches.MapOf propertiesMap = new ColumnBatches.MapOf();
         private final ColumnBatches.ListOf keys = new ColumnBatches.ListOf();
@@ -392,12 +396,12 @@ public final class StoreRecords {
         Writer(BufferAllocator allocator, String path) {
             batches = new ColumnBatches(allocator, schema(), Path.of(path), BATCH_ROWS, physicalOffset, totalSize,
                     magic, bodyCrc, queueId, flag, queueOffset, sysFlag, bornTimestamp, bornHost, storeTimestamp,
-                    storeHost, reconsumeTimes, preparedTransactionOffset, body, topicText, propertiesMap, keys, tags,
-                    uniqKey, msgIds, propertiesBytes);
+                    storeHost, reconsumeTimes, preparedTransactionOffset, topicText, propertiesMap, keys, tags,
+                    uniqKey, msgIds, propertiesBytes, bodyAt, bodyLength);
         }
 
         void row(byte[] b, int at, int size, int magicCode, int crc, int queue, long offset, int flags,
-                HostTexts.Text born, HostTexts.Text store, int bodyAt, int bodyLength, int topicAt, int topicLength,
+                HostTexts.Text born, HostTexts.Text store, long bodyPosition, int bodySize, int topicAt, int topicLength,
                 int propertiesAt, int propertiesLength) throws IOException {
             int storeTimestampAt = at + 48 + ((flags & BORNHOST_V6_FLAG) != 0 ? 20 : 8);
             int tailAt = storeTimestampAt + 8 + ((flags & STOREHOST_V6_FLAG) != 0 ? 20 : 8);
@@ -415,7 +419,8 @@ public final class StoreRecords {
             storeHost.add(store.text);
             reconsumeTimes.add(intAt(b, tailAt));
             preparedTransactionOffset.add(longAt(b, tailAt + 4));
-            body.add(b, bodyAt, bodyLength);
+            bodyAt.add(bodyPosition); // the body stays in the file: Python points at it there
+            bodyLength.add(bodySize);
             topicText.add(b, topicAt, topicLength);
             int propertiesEnd = propertiesAt + propertiesLength;
             parsed.parse(b, propertiesAt, propertiesEnd);
