@@ -160,12 +160,18 @@ def test_a_narrow_file_whose_footer_does_not_span_its_batches_is_refused(tmp_pat
         open_narrow_file(storage, target.narrow_file(0))
 
 
+def _narrow_in_append_order(target, tasks) -> pa.Table:
+    """Every split's narrow rows, in the append order the ordering step gives the write tasks."""
+    storage = target.storage()
+    return pa.concat_tables(read_narrow(storage, target.narrow_file(task.index)) for task in tasks).sort_by(
+        [(column, "ascending") for column in APPEND_ORDER]
+    )
+
+
 def test_a_partition_is_placed_fetched_and_written_in_offset_order(parsed):
     target, tasks, _ = parsed
     storage = target.storage()
-    narrow = pa.concat_tables(read_narrow(storage, target.narrow_file(task.index)) for task in tasks).sort_by(
-        [(column, "ascending") for column in APPEND_ORDER]
-    )
+    narrow = _narrow_in_append_order(target, tasks)
     start = PartitionStart(physical_offset=1000, rr_counters={"Orders": 2}, queue_offsets={("Orders", 1): 40})
     written = [
         row
@@ -207,9 +213,7 @@ def test_a_partition_written_from_views_is_the_file_arrows_take_gives(parsed, mo
     commitlog files are the same bytes as when the rows are gathered by Arrow's take, the reference."""
     target, tasks, _ = parsed
     storage = target.storage()
-    narrow = pa.concat_tables(read_narrow(storage, target.narrow_file(task.index)) for task in tasks).sort_by(
-        [(column, "ascending") for column in APPEND_ORDER]
-    )
+    narrow = _narrow_in_append_order(target, tasks)
 
     def files_written() -> dict[str, bytes]:
         written = write_partition(
@@ -351,9 +355,7 @@ def test_a_partition_refuses_rows_of_a_split_the_driver_does_not_keep_for_it(par
     stops before it reads or writes anything."""
     target, tasks, _ = parsed
     storage = target.storage()
-    narrow = pa.concat_tables(read_narrow(storage, target.narrow_file(task.index)) for task in tasks).sort_by(
-        [(column, "ascending") for column in APPEND_ORDER]
-    )
+    narrow = _narrow_in_append_order(target, tasks)
     start = PartitionStart(physical_offset=0, rr_counters={}, queue_offsets={})
     options = dict(
         partition=0,
