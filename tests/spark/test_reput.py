@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
 
 from rmqlake.generate import TopicPlan, generate
 from rmqlake.lake import Lake
 from rmqlake.lake.spark_io import read_table
+from rmqlake.lake.storage import Storage
+from rmqlake.steps import reput as reput_step
 from rmqlake.steps.ingest import ingest
 from rmqlake.steps.reput import reput
 from rmqlake.transforms import reput as reput_transforms
@@ -177,3 +183,63 @@ def test_delay_topic_tags_code_reads_the_configured_delay_levels(spark, tmp_path
     reput(spark, settings)
     cq = table(spark, settings, "consumequeue", ["commitlog_offset"])
     assert [u["tags_code"] for u in cq if u["topic"] == "SCHEDULE_TOPIC_XXXX"] == [7000 + 2000, 7000 + 3000]
+
+
+def _cq_layout(settings) -> list[tuple[str, int]]:
+    """(partition folders, data files in them) of the consumequeue table's files."""
+    files = Lake.from_settings(settings).engine.active_files("consumequeue")
+    folders = Counter(data_file.path.rsplit("/", 1)[0] for data_file in files)
+    return sorted(folders.items())
+
+
+def test_the_spark_routes_give_the_tables_and_files_of_the_file_and_band_routes(spark, tmp_path, java_oracle):
+    """The dispatch over a Spark scan and the CQ files staged by a Spark write (the reference routes) against the
+    dispatch reading the files and the CQ band tasks: the same tables, and one data file per CQ file a run in
+    the same partition folders, over runs that start inside a segment."""
+    landing = _generated(tmp_path, hours=3, messages=500, seed=21)
+    lakes = {}
+    for route in ("files", "spark"):
+        settings = settings_for(tmp_path / route)
+        with pytest.MonkeyPatch.context() as patch:
+            if route == "spark":
+                patch.setattr(reput_step, "_dispatch", reput_step._dispatch_by_spark)
+                patch.setattr(reput_step, "_stage_queue_bands", reput_step._stage_queue_by_spark)
+            for hour in range(3):
+                ingest(spark, settings, input_path=str(landing / "dt=2026-11-21" / f"hour={hour:02d}"))
+                reput(spark, settings)
+        lakes[route] = settings
+    _, ref = reference(java_oracle, [_hour_files(landing, h) for h in range(3)])
+    for settings in lakes.values():
+        assert_tables_match(spark, settings, ref)
+    layout = _cq_layout(lakes["files"])
+    assert layout == _cq_layout(lakes["spark"])
+    assert {count for _, count in layout} <= {1, 2, 3}, layout  # one file a run
+    if any(unit["topic"].startswith("%RETRY%") for unit in ref.units):  # Spark's %XX escapes in the folders
+        assert any(folder.startswith("topic=%25RETRY%25") for folder, _ in layout), layout
+
+
+def test_request_batches_read_the_rows_of_spark_s_filtered_scan(spark, tmp_path):
+    """A commitlog file rewritten in row groups of 7 rows, read from an offset inside it: the row groups before
+    it are skipped by their statistics, and the rows are those of ``dispatch_requests`` over the filtered scan."""
+    landing = _generated(tmp_path, hours=1, messages=120, seed=5)
+    settings = settings_for(tmp_path)
+    ingest(spark, settings, input_path=str(landing))
+    lake = Lake.from_settings(settings)
+    largest = max(lake.engine.active_files("commitlog"), key=lambda f: (f.num_records, f.path))
+    source = pq.read_table(lake.storage.file_path(f"commitlog/{largest.path}"))
+    small_groups = tmp_path / "small" / "part-0.parquet"
+    small_groups.parent.mkdir()
+    pq.write_table(source, small_groups, row_group_size=7)
+    assert pq.ParquetFile(small_groups).metadata.num_row_groups >= 3
+    offsets = sorted(source.column("physical_offset").to_pylist())
+    storage = Storage(str(small_groups.parent))
+    for from_offset in (0, offsets[len(offsets) // 2], offsets[-1], offsets[-1] + 1):
+        got = pa.Table.from_batches(
+            list(reput_transforms.request_batches(storage, "part-0.parquet", from_offset=from_offset)),
+            schema=reput_transforms._REQUEST_SCHEMA,
+        )
+        frame = spark.read.parquet(str(small_groups)).filter(F.col("physical_offset") >= from_offset)
+        want = [row.asDict() for row in reput_transforms.dispatch_requests(frame).collect()]
+        assert got.to_pylist() == want
+        if from_offset == 0:
+            assert len(want) == source.num_rows and any(row["keys_property"] for row in want)

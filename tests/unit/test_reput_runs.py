@@ -16,12 +16,14 @@ from rmqlake.transforms.reput import (
     KEY,
     RUN,
     UNIT,
+    CommitlogFile,
     KeyRun,
     OpenIndexFile,
     TaskDispatch,
     contiguous_runs,
     cq_units_of_batch,
     dispatch_batch,
+    dispatch_tasks,
     index_keys_of_batch,
     name_new_files,
     plan_index,
@@ -253,3 +255,21 @@ def test_what_a_task_saves_is_its_units_and_keys_and_only_totals_and_runs_reach_
     )
     kinds = pa.Table.from_batches(summary).column("kind").to_pylist()
     assert kinds.count(BATCH) == 1 and set(kinds) <= {RUN, BATCH}
+
+
+def test_dispatch_tasks_are_whole_files_in_offset_order_of_at_least_the_task_rows():
+    files = [
+        CommitlogFile("commitlog/segment=b/part-2.parquet", 30, 900),
+        CommitlogFile("commitlog/segment=a/part-0.parquet", 60, 0),
+        CommitlogFile("commitlog/segment=a/part-1.parquet", 50, 400),
+        CommitlogFile("commitlog/segment=b/part-3.parquet", 0, None),  # no statistics: last, a task of its own
+        CommitlogFile("commitlog/segment=b/part-4.parquet", 10, 1000),
+    ]
+    assert dispatch_tasks(files, task_rows=100) == [
+        ["commitlog/segment=a/part-0.parquet", "commitlog/segment=a/part-1.parquet"],
+        ["commitlog/segment=b/part-2.parquet", "commitlog/segment=b/part-4.parquet"],
+        ["commitlog/segment=b/part-3.parquet"],
+    ]
+    in_order = sorted(files, key=lambda f: (f.min_offset is None, f.min_offset or 0))
+    assert dispatch_tasks(files, task_rows=1) == [[f.path] for f in in_order]
+    assert dispatch_tasks([], task_rows=10) == []

@@ -39,6 +39,21 @@ def partition_values_from_path(relative: str) -> dict[str, str]:
     return values
 
 
+# What Spark escapes in a partition folder's value (``ExternalCatalogUtils.escapePathName``), as %XX.
+_ESCAPED_IN_FOLDERS = frozenset(
+    [*map(chr, range(0x01, 0x20)), '"', "#", "%", "'", "*", "/", ":", "=", "?", "\\", "\x7f", "{", "[", "]", "^"]
+)
+
+
+def partition_folder(name: str, value: str | None) -> str:
+    """The ``name=value`` folder Spark's ``partitionBy`` writes for a partition value (the inverse of
+    ``partition_values_from_path``): the characters Spark escapes as %XX, a null (and, as Spark has it, an empty
+    string) as Hive's default partition."""
+    if not value:
+        return f"{name}=__HIVE_DEFAULT_PARTITION__"
+    return f"{name}=" + "".join(f"%{ord(c):02X}" if c in _ESCAPED_IN_FOLDERS else c for c in value)
+
+
 def _json_value(value):
     if isinstance(value, bytes):
         return None

@@ -20,6 +20,7 @@ from rmqlake.lake.tables import CONSUMEQUEUE, INDEXFILE_HEADER
 from rmqlake.progress import Stages
 from rmqlake.steps.runner import StepRun, run_step
 from rmqlake.transforms import index_bands as B
+from rmqlake.transforms import queue_bands as QB
 from rmqlake.transforms import reput as T
 
 log = logging.getLogger(__name__)
@@ -78,9 +79,6 @@ def _reput(spark, settings: Settings, step: StepRun) -> dict:
         }
 
     stages = Stages(log)
-    first_segment = segment_file_name(segment_start(dispatched, store.commitlog_segment_size))
-    commitlog = read_table(spark, lake, "commitlog", partition_filters=[("segment", ">=", first_segment)])
-    messages = T.dispatch_requests(commitlog.filter(F.col("physical_offset") >= dispatched))
     partitions = max(settings.spark.shuffle_partitions, 1)
     # One pass over the commitlog for both outputs: its tasks save the CQ units and the index keys as scratch
     # Parquet, which the two stages then read (no cache of every unit and key). The scratch sits in the run's
@@ -93,29 +91,10 @@ def _reput(spark, settings: Settings, step: StepRun) -> dict:
     )
     try:
         with stages("dispatch") as note:
-            summary = T.summarize(
-                r.asDict()
-                for r in T.dispatch(
-                    messages,
-                    units_per_file=store.cq_units_per_file,
-                    slots=store.index_slots,
-                    index=store.message_index_enable,
-                    delay_levels=settings.schedule_rules().delay_levels,
-                    scratch=scratch,
-                ).collect()
-            )  # a few rows a task
-            note.update(rows=summary.messages, units=summary.units, key_runs=len(summary.runs))
+            summary, files = _dispatch(spark, settings, lake, dispatched, scratch=scratch, cq_bands=partitions)
+            note.update(rows=summary.messages, units=summary.units, key_runs=len(summary.runs), files=files)
         with stages("consume queue") as note:
-            # One task per CQ file (at most cq_units_per_file units each, so the work per task is bounded): one data
-            # file per CQ file, and no sampling pass that a range partitioning would make.
-            units = _scratch_frame(spark, lake, scratch.units_dir, CONSUMEQUEUE.spark_schema, summary.units)
-            cq_files = stage_dataframe(
-                run,
-                units.repartition(partitions, "topic", "queue_id", "cq_file").sortWithinPartitions(
-                    "topic", "queue_id", "queue_offset"
-                ),
-                "consumequeue",  # cq_file is a partition column: expiry removes whole CQ files
-            )
+            cq_files = _stage_queue_bands(spark, lake, run, scratch=scratch, units=summary.units, bands=partitions)
             note.update(units=summary.units, files=len(cq_files))
         metrics.update(rows_in=summary.messages, rows_out=summary.units, cq_units=summary.units)
         if summary.last_unit_timestamp is not None:
@@ -160,6 +139,97 @@ def _reput(spark, settings: Settings, step: StepRun) -> dict:
         seconds,
     )
     return metrics
+
+
+def _files_to_dispatch(lake: Lake, dispatched: int, *, segment_size: int) -> list[T.CommitlogFile]:
+    """The commitlog's data files that may hold records at or after ``dispatched``: those of its segment and
+    later ones, but files whose statistics end before it (the Delta log's, no data read)."""
+    first_segment = segment_file_name(segment_start(dispatched, segment_size))
+    files = []
+    for stats in lake.file_stats("commitlog", ["physical_offset"]):
+        segment = stats["partition"].get("segment")
+        last = stats["max"]["physical_offset"]
+        if segment is None or str(segment) < first_segment or (last is not None and last < dispatched):
+            continue
+        files.append(
+            T.CommitlogFile(f"commitlog/{stats['path']}", stats["num_records"] or 0, stats["min"]["physical_offset"])
+        )
+    return files
+
+
+def _dispatch_options(settings: Settings, *, scratch: T.DispatchScratch, cq_bands: int) -> dict:
+    """What both dispatch routes are given."""
+    store = settings.store
+    return {
+        "units_per_file": store.cq_units_per_file,
+        "slots": store.index_slots,
+        "index": store.message_index_enable,
+        "delay_levels": settings.schedule_rules().delay_levels,
+        "scratch": scratch,
+        "cq_bands": cq_bands,
+    }
+
+
+def _dispatch(
+    spark, settings: Settings, lake: Lake, dispatched: int, *, scratch: T.DispatchScratch, cq_bands: int
+) -> tuple[T.DispatchSummary, int]:
+    """The dispatch of the commitlog's records at or after ``dispatched``, its tasks reading the data files
+    themselves (``dispatch_files``); its summary and the files read."""
+    store = settings.store
+    files = _files_to_dispatch(lake, dispatched, segment_size=store.commitlog_segment_size)
+    summary = T.summarize(
+        T.dispatch_files(
+            spark.sparkContext,
+            T.dispatch_tasks(files),
+            from_offset=dispatched,
+            **_dispatch_options(settings, scratch=scratch, cq_bands=cq_bands),
+        )
+    )  # a few rows a task
+    return summary, len(files)
+
+
+def _dispatch_by_spark(
+    spark, settings: Settings, lake: Lake, dispatched: int, *, scratch: T.DispatchScratch, cq_bands: int
+) -> tuple[T.DispatchSummary, int]:
+    """``_dispatch`` over a Spark scan of the commitlog (``dispatch``): the reference of the file route."""
+    store = settings.store
+    first_segment = segment_file_name(segment_start(dispatched, store.commitlog_segment_size))
+    commitlog = read_table(spark, lake, "commitlog", partition_filters=[("segment", ">=", first_segment)])
+    messages = T.dispatch_requests(commitlog.filter(F.col("physical_offset") >= dispatched))
+    dispatched_rows = T.dispatch(
+        messages,
+        **_dispatch_options(settings, scratch=scratch, cq_bands=cq_bands),
+    ).collect()
+    return T.summarize(row.asDict() for row in dispatched_rows), len(messages.inputFiles())
+
+
+def _stage_queue_bands(spark, lake: Lake, run: LakeRun, *, scratch: T.DispatchScratch, units: int, bands: int):
+    """Stage the dispatch's CQ units by band tasks (``queue_bands``): one data file per CQ file (cq_file is a
+    partition column: expiry removes whole CQ files); the staged files."""
+    target = QB.QueueBandTarget(
+        lake_root=lake.root,
+        storage_options=dict(scratch.storage_options),
+        units_dir=scratch.units_dir,
+        staging_dir=run.staging_dir("consumequeue"),
+        run_id=run.run_id,
+    )
+    if units:
+        context = spark.sparkContext
+        context.parallelize(range(bands), bands).flatMap(lambda band: QB.build_band(band, target=target)).count()
+    return run.collect_staged("consumequeue")
+
+
+def _stage_queue_by_spark(spark, lake: Lake, run: LakeRun, *, scratch: T.DispatchScratch, units: int, bands: int):
+    """Stage the dispatch's CQ units by Spark, the reference of ``_stage_queue_bands``: a hash repartition on the
+    CQ file, one task per CQ file's units (bounded by cq_units_per_file), no sampling pass."""
+    frame = _scratch_frame(spark, lake, scratch.units_dir, CONSUMEQUEUE.spark_schema, units)
+    return stage_dataframe(
+        run,
+        frame.repartition(bands, "topic", "queue_id", "cq_file").sortWithinPartitions(
+            "topic", "queue_id", "queue_offset"
+        ),
+        "consumequeue",
+    )
 
 
 def _scratch_frame(spark, lake: Lake, folder: str, schema, expected: int):

@@ -18,7 +18,7 @@ The broker's ReputMessageService dispatches one record at a time. Here:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +30,8 @@ from rmqlake.formats.indexfile import capacity, indexed, next_file_name
 from rmqlake.formats.javahash import INT_MAX, index_key_hashes, java_string_hashes
 from rmqlake.formats.properties import KEY_SEPARATOR
 from rmqlake.formats.record import consumes_queue_offsets
-from rmqlake.lake.tables import CONSUMEQUEUE, columns
+from rmqlake.lake.tables import COMMITLOG, CONSUMEQUEUE, columns
+from rmqlake.transforms import queue_bands as QB
 
 DISPATCH_COLUMNS = [
     "physical_offset",
@@ -45,6 +46,7 @@ DISPATCH_COLUMNS = [
     "keys_property",
     "delay_property",
 ]
+_COMMITLOG_TYPES = {field.name: field.type for field in COMMITLOG.arrow_schema}
 
 
 def dispatch_requests(commitlog):
@@ -378,6 +380,7 @@ DISPATCHED_KEYS = columns(
     ("local_no", "bigint", "0-based position in its run, in dispatch order"),
 )
 _KEYS_OUT = DISPATCHED_KEYS.arrow_schema
+_UNITS_OUT = _CQ_SCHEMA.append(pa.field(QB.BAND, pa.int32()))  # the saved units: CQ rows and their band
 _UNIT_SOURCES = {"commitlog_offset": "physical_offset", "size": "total_size"}  # CQ column -> DISPATCHED column
 
 
@@ -442,6 +445,69 @@ def saved_parts(out: Iterable[pa.RecordBatch]) -> tuple[list[pa.RecordBatch], li
     return units, keys, summary
 
 
+class _SortedScratch:
+    """A scratch file of one task, written in chunks of up to ``KEYS_SORTED_ROWS`` rows, each sorted by
+    ``order`` (a band task reads the row groups of its slots or CQ files only)."""
+
+    def __init__(self, writer, schema: pa.Schema, order):
+        self.writer, self.schema, self.order = writer, schema, order
+        self.held: list[pa.RecordBatch] = []
+        self.rows = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.held.append(batch)
+        self.rows += batch.num_rows
+        if self.rows >= KEYS_SORTED_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.held:
+            self.writer.write(self.order(pa.Table.from_batches(self.held, schema=self.schema)))
+            self.held, self.rows = [], 0
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+def _dispatch_task(
+    batches: Iterable[pa.RecordBatch],
+    partition: int,
+    *,
+    units_per_file: int,
+    slots: int,
+    index: bool,
+    delay_levels: Mapping[int, int],
+    scratch: DispatchScratch,
+    cq_bands: int,
+) -> list[pa.RecordBatch]:
+    """One task's dispatch of its commitlog rows (``DISPATCH_COLUMNS`` batches): its CQ units (with their band of
+    ``cq_bands``, ``queue_bands.unit_bands``) and index keys saved in ``scratch`` under files named by
+    ``partition``; its RUN and BATCH rows returned."""
+    task = TaskDispatch(units_per_file=units_per_file, slots=slots, index=index, delay_levels=delay_levels)
+    # A task killed half way leaves hidden temporary files only, which readers skip.
+    units_file = _SortedScratch(
+        _scratch_writer(scratch, scratch.units_dir, partition, row_group_size=QB.UNITS_ROW_GROUP_ROWS),
+        _UNITS_OUT,
+        QB.sort_by_band,
+    )
+    keys_file = _SortedScratch(
+        _scratch_writer(scratch, scratch.keys_dir, partition, row_group_size=_KEYS_ROW_GROUP_ROWS),
+        _KEYS_OUT,
+        sort_by_slot,
+    )
+    for batch in batches:
+        units, keys, _ = saved_parts(task.add(batch))
+        for part in units:
+            bands = QB.unit_bands(part, bands=cq_bands, units_per_file=units_per_file)
+            units_file.add(part.append_column(QB.BAND, pa.array(bands, pa.int32())))
+        for part in keys:
+            keys_file.add(part)
+    units_file.close()
+    keys_file.close()
+    return saved_parts(task.finish())[2]
+
+
 def dispatch(
     messages,
     *,
@@ -450,39 +516,137 @@ def dispatch(
     index: bool = True,
     delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE,
     scratch: DispatchScratch,
+    cq_bands: int,
 ):
-    """One pass over the commitlog rows (a ``TaskDispatch`` per Spark task): each task saves its CQ units and
-    index keys in ``scratch`` (pyarrow), and only its RUN and BATCH rows (``DISPATCHED``) come out, a few rows a
-    task: every unit and key going through Spark's rows and a cache cost more than the dispatch itself."""
+    """One pass over the commitlog rows of a DataFrame (``dispatch_requests``), a ``TaskDispatch`` per Spark
+    task: each task saves its CQ units and index keys in ``scratch`` (pyarrow), and only its RUN and BATCH rows
+    (``DISPATCHED``) come out, a few rows a task: every unit and key going through Spark's rows and a cache cost
+    more than the dispatch itself. The reference of ``dispatch_files``, which reads the data files itself."""
 
     def saved(batches):
         from pyspark import TaskContext
 
         partition = TaskContext.get().partitionId()
-        task = TaskDispatch(units_per_file=units_per_file, slots=slots, index=index, delay_levels=delay_levels)
-        # A task killed half way leaves hidden temporary files only, which readers skip.
-        units_file = _scratch_writer(scratch, scratch.units_dir, partition)
-        keys_file = _scratch_writer(scratch, scratch.keys_dir, partition, row_group_size=_KEYS_ROW_GROUP_ROWS)
-        held: list[pa.RecordBatch] = []
-
-        def save_keys():
-            if held:
-                keys_file.write(sort_by_slot(pa.Table.from_batches(held, schema=_KEYS_OUT)))
-                held.clear()
-
-        for batch in batches:
-            units, keys, _ = saved_parts(task.add(batch))
-            for part in units:
-                units_file.write(part)
-            held.extend(keys)
-            if sum(part.num_rows for part in held) >= KEYS_SORTED_ROWS:
-                save_keys()
-        save_keys()
-        units_file.close()
-        keys_file.close()
-        yield from saved_parts(task.finish())[2]
+        yield from _dispatch_task(
+            batches,
+            partition,
+            units_per_file=units_per_file,
+            slots=slots,
+            index=index,
+            delay_levels=delay_levels,
+            scratch=scratch,
+            cq_bands=cq_bands,
+        )
 
     return messages.select(*DISPATCH_COLUMNS).mapInArrow(saved, DISPATCHED.ddl)
+
+
+# The commitlog rows a dispatch task reads at least (whole data files, in order): ~10 MB of the dispatch's
+# columns, so a lake of many small hourly files does not make a task of each.
+DISPATCH_TASK_ROWS = 100_000
+# Rows of a batch read from a commitlog file: row groups are small (4 MiB, ~4,000 messages of ~1 KiB) and a
+# ``TaskDispatch`` batch has a fixed cost (sorts, kernels), so several row groups make one batch.
+_REQUEST_BATCH_ROWS = 65_536
+_REQUEST_SCHEMA = pa.schema(
+    [pa.field(name, pa.string() if name.endswith("_property") else _COMMITLOG_TYPES[name]) for name in DISPATCH_COLUMNS]
+)
+
+
+@dataclass(frozen=True)
+class CommitlogFile:
+    """A commitlog data file to dispatch: its path relative to the lake root, rows (from the Delta log, 0 if
+    unknown) and the smallest physical offset in it (``None`` if the log has no statistics)."""
+
+    path: str
+    rows: int
+    min_offset: int | None
+
+
+def dispatch_tasks(files: Iterable[CommitlogFile], *, task_rows: int = DISPATCH_TASK_ROWS) -> list[list[str]]:
+    """The files' paths cut into tasks in physical order, each task whole files of at least ``task_rows`` rows
+    (but the last): what the driver holds grows with the files, not the messages."""
+    ordered = sorted(files, key=lambda f: (f.min_offset is None, f.min_offset or 0, f.path))
+    tasks: list[list[str]] = []
+    rows = task_rows
+    for file in ordered:
+        if rows >= task_rows or not file.rows:  # a file of unknown size is a task of its own
+            tasks.append([])
+            rows = 0
+        tasks[-1].append(file.path)
+        rows += file.rows or task_rows
+    return tasks
+
+
+def request_batches(storage, path: str, *, from_offset: int) -> Iterator[pa.RecordBatch]:
+    """``dispatch_requests``' rows of one commitlog data file (``path`` relative to the lake root) at or after
+    ``from_offset``, in the file's order: row groups that end before it (by their statistics) are not read."""
+    import pyarrow.parquet as pq
+
+    with storage.fs.open_input_file(storage.file_path(path)) as source:
+        parquet = pq.ParquetFile(source)
+        metadata = parquet.metadata
+        offset_column = metadata.schema.to_arrow_schema().get_field_index("physical_offset")
+        if offset_column < 0:
+            raise ValueError(f"commitlog file {path} has no physical_offset column")
+        groups = []
+        for group in range(metadata.num_row_groups):
+            stats = metadata.row_group(group).column(offset_column).statistics
+            if stats is None or not stats.has_min_max or stats.max >= from_offset:
+                groups.append(group)
+        if not groups:
+            return
+        read = [c for c in DISPATCH_COLUMNS if not c.endswith("_property")] + ["properties"]
+        for batch in parquet.iter_batches(batch_size=_REQUEST_BATCH_ROWS, row_groups=groups, columns=read):
+            properties = batch.column("properties")
+            columns = [batch.column(name) for name in read[:-1]]
+            columns += [pc.map_lookup(properties, "KEYS", "first"), pc.map_lookup(properties, "DELAY", "first")]
+            requests = pa.RecordBatch.from_arrays(columns, names=DISPATCH_COLUMNS).cast(_REQUEST_SCHEMA)
+            offsets = requests.column("physical_offset")
+            lowest = pc.min(offsets).as_py()
+            if offsets.null_count or (lowest is not None and lowest < from_offset):  # as Spark's filter: no nulls
+                requests = requests.filter(pc.greater_equal(offsets, from_offset))
+            if requests.num_rows:
+                yield requests
+
+
+def dispatch_files(
+    context,
+    tasks: Sequence[Sequence[str]],
+    *,
+    from_offset: int,
+    units_per_file: int,
+    slots: int,
+    index: bool = True,
+    delay_levels: Mapping[int, int] = DEFAULT_DELAY_TABLE,
+    scratch: DispatchScratch,
+    cq_bands: int,
+) -> list[dict]:
+    """``dispatch`` reading the commitlog's data files itself, one Spark task per entry of ``tasks`` (paths
+    relative to the lake root, ``dispatch_tasks``), rows at or after ``from_offset``: no JVM scan of the
+    files, no map column built as Spark rows and turned into Arrow again for Python. The RUN and BATCH rows
+    (``DISPATCHED``, as dicts), a few a task."""
+    if not tasks:
+        return []
+    paths = [list(task) for task in tasks]
+
+    def run(partition: int, entries):
+        storage = scratch.storage()
+        task_paths = [path for entry in entries for path in entry]
+        batches = (b for path in task_paths for b in request_batches(storage, path, from_offset=from_offset))
+        summary = _dispatch_task(
+            batches,
+            partition,
+            units_per_file=units_per_file,
+            slots=slots,
+            index=index,
+            delay_levels=delay_levels,
+            scratch=scratch,
+            cq_bands=cq_bands,
+        )
+        for batch in summary:
+            yield from batch.to_pylist()
+
+    return context.parallelize(paths, len(paths)).mapPartitionsWithIndex(run).collect()
 
 
 @dataclass(frozen=True)
