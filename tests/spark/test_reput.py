@@ -243,3 +243,16 @@ def test_request_batches_read_the_rows_of_spark_s_filtered_scan(spark, tmp_path)
         assert got.to_pylist() == want
         if from_offset == 0:
             assert len(want) == source.num_rows and any(row["keys_property"] for row in want)
+
+
+def test_many_bands_for_many_records_give_the_same_tables(spark, tmp_path, java_oracle, monkeypatch):
+    # A band per 40 records read (a band task holds its rows in memory): many more CQ and index bands than
+    # shuffle partitions, some of them empty.
+    monkeypatch.setattr(reput_step, "BAND_ROWS", 40)
+    landing = _generated(tmp_path, hours=1, messages=400, seed=17)
+    settings = settings_for(tmp_path)
+    ingest(spark, settings, input_path=str(landing))
+    metrics = reput(spark, settings)
+    assert metrics["rows_in"] > 8 * 40  # 9 bands or more: more than the shuffle partitions
+    _, ref = reference(java_oracle, [_hour_files(landing, 0)])
+    assert_tables_match(spark, settings, ref)

@@ -29,6 +29,8 @@ DISPATCHED_APP_ID = "rmqlake.reput.dispatched"
 # tasks): a key lookup decodes one row group of each index file for its slot (4 MiB ones cost ~4 ms a lookup,
 # these ~1 ms), for ~0.5 MB of footers on a 5 M-message lake.
 INDEX_ROW_GROUP_BYTES = 512 * 1024
+# Rows (CQ units, index keys) a band task of the CQ or index stage holds at most: ~100 bytes each in memory.
+BAND_ROWS = 2_000_000
 
 
 def reput(spark, settings: Settings) -> dict:
@@ -91,10 +93,14 @@ def _reput(spark, settings: Settings, step: StepRun) -> dict:
     )
     try:
         with stages("dispatch") as note:
-            summary, files = _dispatch(spark, settings, lake, dispatched, scratch=scratch, cq_bands=partitions)
-            note.update(rows=summary.messages, units=summary.units, key_runs=len(summary.runs), files=files)
+            files = _files_to_dispatch(lake, dispatched, segment_size=store.commitlog_segment_size)
+            # A CQ band per BAND_ROWS of the records read (the units are fewer: not every record takes a queue
+            # offset), and no fewer than the shuffle partitions.
+            cq_bands = max(partitions, math.ceil(sum(f.rows for f in files) / BAND_ROWS))
+            summary = _dispatch(spark, settings, lake, files, dispatched, scratch=scratch, cq_bands=cq_bands)
+            note.update(rows=summary.messages, units=summary.units, key_runs=len(summary.runs), files=len(files))
         with stages("consume queue") as note:
-            cq_files = _stage_queue_bands(spark, lake, run, scratch=scratch, units=summary.units, bands=partitions)
+            cq_files = _stage_queue_bands(spark, lake, run, scratch=scratch, units=summary.units, bands=cq_bands)
             note.update(units=summary.units, files=len(cq_files))
         metrics.update(rows_in=summary.messages, rows_out=summary.units, cq_units=summary.units)
         if summary.last_unit_timestamp is not None:
@@ -171,13 +177,18 @@ def _dispatch_options(settings: Settings, *, scratch: T.DispatchScratch, cq_band
 
 
 def _dispatch(
-    spark, settings: Settings, lake: Lake, dispatched: int, *, scratch: T.DispatchScratch, cq_bands: int
-) -> tuple[T.DispatchSummary, int]:
-    """The dispatch of the commitlog's records at or after ``dispatched``, its tasks reading the data files
-    themselves (``dispatch_files``); its summary and the files read."""
-    store = settings.store
-    files = _files_to_dispatch(lake, dispatched, segment_size=store.commitlog_segment_size)
-    summary = T.summarize(
+    spark,
+    settings: Settings,
+    lake: Lake,
+    files: list[T.CommitlogFile],
+    dispatched: int,
+    *,
+    scratch: T.DispatchScratch,
+    cq_bands: int,
+) -> T.DispatchSummary:
+    """The dispatch of the commitlog's records at or after ``dispatched`` in ``files`` (``_files_to_dispatch``),
+    its tasks reading the data files themselves (``dispatch_files``)."""
+    return T.summarize(
         T.dispatch_files(
             spark.sparkContext,
             T.dispatch_tasks(files),
@@ -185,13 +196,20 @@ def _dispatch(
             **_dispatch_options(settings, scratch=scratch, cq_bands=cq_bands),
         )
     )  # a few rows a task
-    return summary, len(files)
 
 
 def _dispatch_by_spark(
-    spark, settings: Settings, lake: Lake, dispatched: int, *, scratch: T.DispatchScratch, cq_bands: int
-) -> tuple[T.DispatchSummary, int]:
-    """``_dispatch`` over a Spark scan of the commitlog (``dispatch``): the reference of the file route."""
+    spark,
+    settings: Settings,
+    lake: Lake,
+    files: list[T.CommitlogFile],
+    dispatched: int,
+    *,
+    scratch: T.DispatchScratch,
+    cq_bands: int,
+) -> T.DispatchSummary:
+    """``_dispatch`` over a Spark scan of the commitlog's segments from the one holding ``dispatched`` (``files``
+    unused: Spark lists and prunes them itself), the reference of the file route."""
     store = settings.store
     first_segment = segment_file_name(segment_start(dispatched, store.commitlog_segment_size))
     commitlog = read_table(spark, lake, "commitlog", partition_filters=[("segment", ">=", first_segment)])
@@ -200,7 +218,7 @@ def _dispatch_by_spark(
         messages,
         **_dispatch_options(settings, scratch=scratch, cq_bands=cq_bands),
     ).collect()
-    return T.summarize(row.asDict() for row in dispatched_rows), len(messages.inputFiles())
+    return T.summarize(row.asDict() for row in dispatched_rows)
 
 
 def _stage_queue_bands(spark, lake: Lake, run: LakeRun, *, scratch: T.DispatchScratch, units: int, bands: int):
@@ -298,7 +316,7 @@ def _build_index(
             zone=settings.broker.timezone,
             last_name=open_file.name if open_file else None,
         )
-    index_partitions = max(partitions, math.ceil(plan.total / 2_000_000))
+    index_partitions = max(partitions, math.ceil(plan.total / BAND_ROWS))
     if ordered is None:
         aggregates = _stage_index_bands(
             spark, lake, run, plan, scratch=scratch, slots=store.index_slots, bands=index_partitions
