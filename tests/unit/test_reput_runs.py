@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from rmqlake.formats.consumequeue import SCHEDULE_TOPIC
+from rmqlake.lake.storage import Storage
 from rmqlake.transforms.reput import (
     BATCH,
     DISPATCHED_KEYS,
@@ -27,6 +28,7 @@ from rmqlake.transforms.reput import (
     index_keys_of_batch,
     name_new_files,
     plan_index,
+    request_batches,
     run_timestamps,
     runs_are_disjoint,
     saved_parts,
@@ -273,3 +275,10 @@ def test_dispatch_tasks_are_whole_files_in_offset_order_of_at_least_the_task_row
     in_order = sorted(files, key=lambda f: (f.min_offset is None, f.min_offset or 0))
     assert dispatch_tasks(files, task_rows=1) == [[f.path] for f in in_order]
     assert dispatch_tasks([], task_rows=10) == []
+
+
+def test_a_damaged_commitlog_data_file_is_named_in_the_error(tmp_path):
+    (tmp_path / "commitlog").mkdir()
+    (tmp_path / "commitlog" / "part-0.parquet").write_bytes(b"PAR1 cut short")
+    with pytest.raises(ValueError, match=r"commitlog data file commitlog/part-0\.parquet cannot be read as Parquet"):
+        list(request_batches(Storage(str(tmp_path)), "commitlog/part-0.parquet", from_offset=0))

@@ -470,21 +470,26 @@ class _SortedScratch:
         self.writer.close()
 
 
-def _dispatch_task(
-    batches: Iterable[pa.RecordBatch],
-    partition: int,
-    *,
-    units_per_file: int,
-    slots: int,
-    index: bool,
-    delay_levels: Mapping[int, int],
-    scratch: DispatchScratch,
-    cq_bands: int,
-) -> list[pa.RecordBatch]:
+@dataclass(frozen=True)
+class _TaskOptions:
+    """What every dispatch task is given, by either route."""
+
+    units_per_file: int
+    slots: int
+    index: bool
+    delay_levels: Mapping[int, int]
+    scratch: DispatchScratch
+    cq_bands: int
+
+
+def _dispatch_task(batches: Iterable[pa.RecordBatch], partition: int, options: _TaskOptions) -> list[pa.RecordBatch]:
     """One task's dispatch of its commitlog rows (``DISPATCH_COLUMNS`` batches): its CQ units (with their band of
     ``cq_bands``, ``queue_bands.unit_bands``) and index keys saved in ``scratch`` under files named by
     ``partition``; its RUN and BATCH rows returned."""
-    task = TaskDispatch(units_per_file=units_per_file, slots=slots, index=index, delay_levels=delay_levels)
+    units_per_file, scratch = options.units_per_file, options.scratch
+    task = TaskDispatch(
+        units_per_file=units_per_file, slots=options.slots, index=options.index, delay_levels=options.delay_levels
+    )
     # A task killed half way leaves hidden temporary files only, which readers skip.
     units_file = _SortedScratch(
         _scratch_writer(scratch, scratch.units_dir, partition, row_group_size=QB.UNITS_ROW_GROUP_ROWS),
@@ -499,7 +504,7 @@ def _dispatch_task(
     for batch in batches:
         units, keys, _ = saved_parts(task.add(batch))
         for part in units:
-            bands = QB.unit_bands(part, bands=cq_bands, units_per_file=units_per_file)
+            bands = QB.unit_bands(part, bands=options.cq_bands, units_per_file=units_per_file)
             units_file.add(part.append_column(QB.BAND, pa.array(bands, pa.int32())))
         for part in keys:
             keys_file.add(part)
@@ -523,20 +528,12 @@ def dispatch(
     (``DISPATCHED``) come out, a few rows a task: every unit and key going through Spark's rows and a cache cost
     more than the dispatch itself. The reference of ``dispatch_files``, which reads the data files itself."""
 
+    options = _TaskOptions(units_per_file, slots, index, delay_levels, scratch, cq_bands)
+
     def saved(batches):
         from pyspark import TaskContext
 
-        partition = TaskContext.get().partitionId()
-        yield from _dispatch_task(
-            batches,
-            partition,
-            units_per_file=units_per_file,
-            slots=slots,
-            index=index,
-            delay_levels=delay_levels,
-            scratch=scratch,
-            cq_bands=cq_bands,
-        )
+        yield from _dispatch_task(batches, TaskContext.get().partitionId(), options)
 
     return messages.select(*DISPATCH_COLUMNS).mapInArrow(saved, DISPATCHED.ddl)
 
@@ -583,7 +580,10 @@ def request_batches(storage, path: str, *, from_offset: int) -> Iterator[pa.Reco
     import pyarrow.parquet as pq
 
     with storage.fs.open_input_file(storage.file_path(path)) as source:
-        parquet = pq.ParquetFile(source)
+        try:
+            parquet = pq.ParquetFile(source)
+        except (pa.ArrowException, OSError) as exc:  # Arrow's message does not name the file
+            raise ValueError(f"commitlog data file {path} cannot be read as Parquet: {exc}") from exc
         metadata = parquet.metadata
         offset_column = metadata.schema.to_arrow_schema().get_field_index("physical_offset")
         if offset_column < 0:
@@ -628,22 +628,13 @@ def dispatch_files(
     if not tasks:
         return []
     paths = [list(task) for task in tasks]
+    options = _TaskOptions(units_per_file, slots, index, delay_levels, scratch, cq_bands)
 
     def run(partition: int, entries):
         storage = scratch.storage()
         task_paths = [path for entry in entries for path in entry]
         batches = (b for path in task_paths for b in request_batches(storage, path, from_offset=from_offset))
-        summary = _dispatch_task(
-            batches,
-            partition,
-            units_per_file=units_per_file,
-            slots=slots,
-            index=index,
-            delay_levels=delay_levels,
-            scratch=scratch,
-            cq_bands=cq_bands,
-        )
-        for batch in summary:
+        for batch in _dispatch_task(batches, partition, options):
             yield from batch.to_pylist()
 
     return context.parallelize(paths, len(paths)).mapPartitionsWithIndex(run).collect()
