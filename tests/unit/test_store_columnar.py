@@ -7,9 +7,12 @@ byte for byte; rows the reference refuses raise the same error both ways.
 
 from __future__ import annotations
 
+import errno
+import os
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -208,6 +211,76 @@ def test_a_segment_ending_exactly_full_or_unsealed_is_the_same_file_both_ways(tm
     assert open_[0] == open_[1] and not any(open_[0][end:])
     empty = _both_segments(tmp_path / "empty", [], monkeypatch, start=0, size=64)
     assert empty[0] == empty[1]
+
+
+def test_a_segment_written_straight_to_the_disk_is_the_reference_file(tmp_path, monkeypatch):
+    """Runs of records long enough for whole 4 KiB blocks: those go through O_DIRECT, the blocks at a run's ends
+    through the page cache, from two threads, runs in any order; the file is the one the reference writes
+    through the page cache alone."""
+    monkeypatch.setattr(export, "SEGMENT_BATCH_ROWS", 64)
+    opened = []
+
+    class Recorded(export._SegmentFile):
+        def __init__(self, *args):
+            super().__init__(*args)
+            opened.append(self)
+
+    monkeypatch.setattr(export, "_SegmentFile", Recorded)
+    rows = _rows(700, start=1 << 20)
+    chunks = [rows[at : at + 50] for at in range(0, len(rows), 50)]
+    random.Random(5).shuffle(chunks)
+    parts = [[r for chunk in chunks[:7] for r in chunk], [r for chunk in chunks[7:] for r in chunk]]
+    results, data = [], []
+    for columnar in (True, False):
+        task = _segment_task(tmp_path, parts, columnar=columnar, start=1 << 20)
+        results.append(export.write_segment(task, columnar=columnar))
+        data.append((tmp_path / f"out-{columnar}" / "commitlog" / task["segment"]).read_bytes())
+    assert results[0] == results[1]
+    assert data[0] == data[1]
+    assert data[1][: sum(r["total_size"] for r in rows)] == _reference_bytes(rows)
+    assert len(opened) == 1 and opened[0].direct_bytes > 0  # the reference opens none
+
+
+@pytest.mark.parametrize("refused", [None, "open", "write"])
+def test_segment_file_writes_put_every_byte_where_plain_writes_do(refused, tmp_path, monkeypatch):
+    """Runs at unaligned positions, in any order, from two threads, across more than one aligned buffer; and a
+    file system that refuses O_DIRECT when the file is opened, or at its first write: the same bytes as plain
+    writes, and straight to the disk only where O_DIRECT was taken."""
+    rng = random.Random(9)
+    data = rng.randbytes(300_000)
+    cuts = sorted(rng.sample(range(1, len(data)), 40))
+    spans = list(zip([0, *cuts], [*cuts, len(data)], strict=True))
+    rng.shuffle(spans)
+    base = 100  # every run starts off a block boundary
+    monkeypatch.setattr(export, "DIRECT_BUFFER_BYTES", 3 * export.DIRECT_ALIGN)
+    real_open, real_pwrite = os.open, os.pwrite
+    if refused == "open":
+
+        def refusing_open(path, flags, *args):
+            if flags & os.O_DIRECT:
+                raise OSError(errno.EINVAL, "O_DIRECT refused")
+            return real_open(path, flags, *args)
+
+        monkeypatch.setattr(os, "open", refusing_open)
+    expected = bytearray(len(data) + 2 * base)
+    expected[base : base + len(data)] = data
+    path = tmp_path / "segment"
+    with open(path, "wb") as handle:
+        handle.truncate(len(expected))
+        out = export._SegmentFile(path, handle.fileno())
+        if refused == "write":
+
+            def refusing_pwrite(fd, buffer, position):
+                if fd == out._direct_fd:
+                    raise OSError(errno.EINVAL, "O_DIRECT write refused")
+                return real_pwrite(fd, buffer, position)
+
+            monkeypatch.setattr(os, "pwrite", refusing_pwrite)
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda span: out.write(base + span[0], data[span[0] : span[1]]), spans))
+        out.close()
+    assert path.read_bytes() == bytes(expected)
+    assert (out.direct_bytes > 0) == (refused is None)
 
 
 @pytest.mark.parametrize("damage", ["gap", "overlap", "short"])

@@ -11,9 +11,12 @@ file systems).
 
 from __future__ import annotations
 
+import errno
 import itertools
+import mmap
 import os
 import struct
+import threading
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -85,9 +88,11 @@ def _row_group_units(uris: Sequence[str], *, unit_rows: int) -> Iterator[_RowGro
             yield _RowGroups(uri, metadata, indices)
 
 
-def _write_row_groups(unit: _RowGroups, *, fd: int, start: int, segment: str) -> tuple[np.ndarray, np.ndarray]:
+def _write_row_groups(
+    unit: _RowGroups, *, out: _SegmentFile, start: int, segment: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Encode a unit's rows a batch at a time (column-wise, or one by one where the columnar encoder leaves a
-    batch) and write them into the segment starting at ``start`` open as ``fd``; their records' offsets and
+    batch) and write them into the segment starting at ``start`` open as ``out``; their records' offsets and
     sizes. However large the file's row groups, a batch at a time is held."""
     filesystem, path = _filesystem(unit.uri)
     offsets, sizes = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
@@ -99,7 +104,7 @@ def _write_row_groups(unit: _RowGroups, *, fd: int, start: int, segment: str) ->
             encoded = encode_record_batch(batch)
             if encoded is None:
                 encoded = _encode_per_record(batch, segment)
-            _write_records(fd, encoded, start)
+            _write_records(out, encoded, start)
             offsets.append(encoded.physical_offset)
             sizes.append(encoded.total_size)
     return np.concatenate(offsets), np.concatenate(sizes)
@@ -169,14 +174,85 @@ def _pwrite(fd: int, position: int, data) -> None:
         os.posix_fadvise(fd, position, at - position, os.POSIX_FADV_DONTNEED)
 
 
-def _write_records(fd: int, encoded: EncodedRecords, start: int) -> None:
+# Segment records go to the disk straight from an aligned buffer (O_DIRECT) where the file system takes it. An
+# export writes 1 GiB files that nothing here reads back; through the page cache every byte was also copied
+# into a newly cached page, and the same export with its segment writes left out took 2.0 s instead of 3.0 s.
+# Offsets, lengths and the buffer's address must be multiples of the device's logical block: 4 KiB (or the
+# memory page, if larger) serves every device.
+DIRECT_ALIGN = max(4096, mmap.PAGESIZE)
+DIRECT_BUFFER_BYTES = 8 << 20
+
+
+class _SegmentFile:
+    """A segment file open twice: through the page cache (``fd``) and, where the file system allows it, straight
+    to the disk (O_DIRECT). ``write`` puts the whole aligned blocks of a run of bytes straight to the disk and
+    the partly covered blocks at its ends through the page cache: each block of the file is written one way
+    only, so the two never hold different bytes of one block. Threads may write at once."""
+
+    def __init__(self, path: Path, fd: int):
+        self.fd = fd
+        self._direct_fd: int | None = None
+        if hasattr(os, "O_DIRECT"):
+            try:
+                self._direct_fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+            except OSError as error:
+                if error.errno != errno.EINVAL:  # EINVAL: this file system refuses O_DIRECT
+                    raise
+        self._direct = self._direct_fd is not None  # False from the first refused write on
+        self._lock = threading.Lock()
+        self.direct_bytes = 0  # written straight to the disk
+        self._buffers = threading.local()  # an aligned buffer per writing thread, reused for every write
+
+    def close(self) -> None:
+        if self._direct_fd is not None:
+            os.close(self._direct_fd)
+            self._direct_fd = None
+
+    def write(self, position: int, data) -> None:
+        view = memoryview(data).cast("B")
+        head = -position % DIRECT_ALIGN
+        aligned = (len(view) - head) // DIRECT_ALIGN * DIRECT_ALIGN if len(view) > head else 0
+        if not (self._direct and aligned):
+            _pwrite(self.fd, position, view)
+            return
+        if head:
+            _pwrite(self.fd, position, view[:head])
+        self._write_direct(position + head, view[head : head + aligned])
+        if head + aligned < len(view):
+            _pwrite(self.fd, position + head + aligned, view[head + aligned :])
+
+    def _write_direct(self, position: int, view: memoryview) -> None:
+        """Aligned ``view`` at aligned ``position``, through this thread's aligned buffer."""
+        buffer = getattr(self._buffers, "buffer", None)
+        if buffer is None:
+            buffer = self._buffers.buffer = mmap.mmap(-1, DIRECT_BUFFER_BYTES)  # page-aligned
+        for at in range(0, len(view), DIRECT_BUFFER_BYTES):
+            length = min(DIRECT_BUFFER_BYTES, len(view) - at)
+            if not self._direct:  # refused meanwhile (another thread): the rest through the page cache
+                _pwrite(self.fd, position + at, view[at:])
+                return
+            buffer[:length] = view[at : at + length]
+            try:
+                written = os.pwrite(self._direct_fd, memoryview(buffer)[:length], position + at)
+            except OSError as error:  # a file system that opens with O_DIRECT but refuses its writes
+                if error.errno != errno.EINVAL:
+                    raise
+                self._direct = False
+                _pwrite(self.fd, position + at, view[at:])
+                return
+            if written != length:  # a short direct write leaves an unaligned rest: not ours to guess at
+                raise OSError(f"wrote {written} of {length} bytes at offset {position + at} (O_DIRECT)")
+            with self._lock:
+                self.direct_bytes += length
+
+
+def _write_records(out: _SegmentFile | int, encoded: EncodedRecords, start: int) -> None:
     """Each run of consecutive records of ``encoded`` in one write, at its place in the segment starting at
-    ``start``."""
+    ``start``; ``out`` is the segment (``_SegmentFile``), or a descriptor written through the page cache only."""
+    write = out.write if isinstance(out, _SegmentFile) else partial(_pwrite, out)
     runs = contiguous_runs(encoded.physical_offset, encoded.total_size)
     for first, stop in zip(runs[:-1].tolist(), runs[1:].tolist(), strict=True):
-        _pwrite(
-            fd, int(encoded.physical_offset[first]) - start, encoded.data[encoded.starts[first] : encoded.starts[stop]]
-        )
+        write(int(encoded.physical_offset[first]) - start, encoded.data[encoded.starts[first] : encoded.starts[stop]])
 
 
 def _check_covered(spans: list[tuple[int, int]], start: int, end: int, what: str) -> None:
@@ -207,9 +283,13 @@ def write_segment(task: dict, *, columnar: bool = True) -> dict:
         fd = handle.fileno()
         if columnar:
             units = _row_group_units(task["files"], unit_rows=SEGMENT_BATCH_ROWS)
-            write = partial(_write_row_groups, fd=fd, start=start, segment=task["segment"])
-            written = list(_in_order(units, write, workers=SEGMENT_ENCODERS, depth=2 * SEGMENT_ENCODERS))
-        else:
+            out = _SegmentFile(path, fd)
+            try:
+                write = partial(_write_row_groups, out=out, start=start, segment=task["segment"])
+                written = list(_in_order(units, write, workers=SEGMENT_ENCODERS, depth=2 * SEGMENT_ENCODERS))
+            finally:
+                out.close()
+        else:  # the reference writes through the page cache only
             written = []
             for batch in _batches(task["files"], RECORD_COLUMNS):
                 encoded = _encode_per_record(batch, task["segment"])
