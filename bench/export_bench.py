@@ -167,7 +167,8 @@ def run_lake(spark, label: str, lake: Path, overrides: list[str], runs: int, wor
         shutil.rmtree(work / f"baseline-{number}")
         if direct:
             with timed() as disk:
-                direct_write(work / f"direct-{number}", sizes)
+                if not direct_write(work / f"direct-{number}", sizes):
+                    raise SystemExit(f"O_DIRECT was taken in the warm-up and refused in run {number}")
             shutil.rmtree(work / f"direct-{number}")
         else:
             disk = cached

@@ -104,7 +104,7 @@ def _write_row_groups(
             encoded = encode_record_batch(batch)
             if encoded is None:
                 encoded = _encode_per_record(batch, segment)
-            _write_records(out, encoded, start)
+            _write_records(out.write, encoded, start)
             offsets.append(encoded.physical_offset)
             sizes.append(encoded.total_size)
     return np.concatenate(offsets), np.concatenate(sizes)
@@ -246,10 +246,9 @@ class _SegmentFile:
                 self.direct_bytes += length
 
 
-def _write_records(out: _SegmentFile | int, encoded: EncodedRecords, start: int) -> None:
-    """Each run of consecutive records of ``encoded`` in one write, at its place in the segment starting at
-    ``start``; ``out`` is the segment (``_SegmentFile``), or a descriptor written through the page cache only."""
-    write = out.write if isinstance(out, _SegmentFile) else partial(_pwrite, out)
+def _write_records(write: Callable[[int, memoryview], None], encoded: EncodedRecords, start: int) -> None:
+    """Each run of consecutive records of ``encoded`` in one ``write(position, bytes)``, at its place in the
+    segment starting at ``start``."""
     runs = contiguous_runs(encoded.physical_offset, encoded.total_size)
     for first, stop in zip(runs[:-1].tolist(), runs[1:].tolist(), strict=True):
         write(int(encoded.physical_offset[first]) - start, encoded.data[encoded.starts[first] : encoded.starts[stop]])
@@ -293,7 +292,7 @@ def write_segment(task: dict, *, columnar: bool = True) -> dict:
             written = []
             for batch in _batches(task["files"], RECORD_COLUMNS):
                 encoded = _encode_per_record(batch, task["segment"])
-                _write_records(fd, encoded, start)
+                _write_records(partial(_pwrite, fd), encoded, start)
                 written.append((encoded.physical_offset, encoded.total_size))
         all_offsets = np.concatenate([offsets for offsets, _ in written]) if written else np.zeros(0, np.int64)
         all_sizes = np.concatenate([sizes for _, sizes in written]) if written else np.zeros(0, np.int64)
